@@ -2,7 +2,7 @@
 """Benchmark (not a test): MB/s of pcap per core for the Spark report, with local[1] and local[2],
 against ``tshark -r FILE -q -z conv,tcp`` on the same file.
 
-    python tools/bench/spark_pcap.py [--hours 10 | --file FILE] [--runs 5] [--json OUT]
+    python tools/bench/spark_pcap.py [--hours 10 | --file FILE] [--runs 5] [--json OUT] [--conf KEY=VALUE ...]
 
 Without ``--file``, on a synthetic capture of ``--hours`` of traffic (tools/synth_pcap.py: 40
 brokers with 200-odd topics, 80 clients; 10 hours, the default, ~1.2 GB; 30 hours ~3.6 GB), written
@@ -89,7 +89,7 @@ def pinned(cores: int) -> partial:
     return partial(os.sched_setaffinity, 0, set(sorted(os.sched_getaffinity(0))[:cores]))
 
 
-def serve_runs(master: str, capture: Path) -> None:
+def serve_runs(master: str, capture: Path, conf: list[str]) -> None:
     """In this (pinned) process: warm up, say "ready", then time one whole job per line read from
     stdin, answering each with a line of JSON; stop at end of input."""
     with tempfile.TemporaryDirectory(prefix="spark-pcap-bench-") as scratch:
@@ -97,9 +97,11 @@ def serve_runs(master: str, capture: Path) -> None:
         subprocess.run([sys.executable, str(SYNTH), str(warm_up), *WARM_UP], check=True, capture_output=True)
         events = Path(scratch, "events")
         events.mkdir()
-        spark = build_session(master, conf={"spark.ui.showConsoleProgress": "false", "spark.eventLog.enabled": "true",
-                                            "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false",
-                                            "spark.eventLog.rolling.enabled": "false"})
+        settings = dict(setting.split("=", 1) for setting in conf)
+        spark = build_session(master, conf=settings | {
+            "spark.ui.showConsoleProgress": "false", "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false"})
         cores = local_cores(master)
         busy, stop = threading.Lock(), threading.Event()
         threading.Thread(target=keep_workers, args=(spark, busy, stop), daemon=True).start()
@@ -223,11 +225,13 @@ def _mark(marks: list[float], message: str) -> None:
 class SparkChild:
     """A pinned child process with its own session for one master, run by serve_runs."""
 
-    def __init__(self, master: str, capture: Path) -> None:
+    def __init__(self, master: str, capture: Path, conf: list[str]) -> None:
         self.master = master
         self.cores = local_cores(master)
         self.on = set(sorted(os.sched_getaffinity(0))[:self.cores])  # what pinned() gives it
-        self.process = subprocess.Popen([sys.executable, __file__, "--file", str(capture), "--worker", master],
+        command = [sys.executable, __file__, "--file", str(capture), "--worker", master,
+                   *(f"--conf={setting}" for setting in conf)]
+        self.process = subprocess.Popen(command,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         preexec_fn=pinned(self.cores))
 
@@ -385,8 +389,8 @@ def measure(args: argparse.Namespace) -> dict:
     """Round after round, tshark then each master once: a machine whose speed drifts (this one's
     runs vary by ±15%) then favours none of them."""
     size = args.file.stat().st_size
-    figures: dict = {"file": str(args.file), "bytes": size, "load_before": os.getloadavg()}
-    children = [SparkChild(master, args.file) for master in args.masters]
+    figures: dict = {"file": str(args.file), "bytes": size, "conf": args.conf, "load_before": os.getloadavg()}
+    children = [SparkChild(master, args.file, args.conf) for master in args.masters]
     try:
         for child in children:
             child.wait_ready()
@@ -442,11 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for both masters' sessions, e.g. spark.executorEnv.PYTHONMALLOC=malloc")
     parser.add_argument("--worker", metavar="MASTER", help=argparse.SUPPRESS)  # a pinned child's job
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if args.worker:
-        serve_runs(args.worker, args.file)
+        serve_runs(args.worker, args.file, args.conf)
         return 0
     if shutil.which("tshark") is None:
         parser.error("tshark is not installed (Debian: apt-get install tshark)")
