@@ -435,10 +435,43 @@ def kept(server: Server, groups: int, lookups: int, pad: int, src: Path) -> dict
             "groups": groups, "registered": registered, "lookups": lookups, "answered": answered}
 
 
+def lists(server: Server, clusters: int, topics: int, name: int, src: Path) -> dict[str, object]:
+    """``clusters`` broker groups, each a cluster of its own, all serving the same ``topics``
+    topics named in ``name`` characters, then GET_TOPICS_BY_CLUSTER of each cluster, read: what
+    the lists the server keeps to answer the next asks make it hold."""
+    remoting, codes = codec(src)
+    names = [f"{j:07d}".ljust(name, "t") for j in range(topics)]
+    table = compressed_table(names)
+    brokers = socket.create_connection(("127.0.0.1", server.port), timeout=600)  # open: its brokers stay
+    registered = 0
+    for first in range(0, clusters, 100):
+        frames = []
+        for c in range(first, min(clusters, first + 100)):
+            ext = {"clusterName": f"list{c:05d}", "brokerAddr": f"127.0.0.1:{20000 + c}",
+                   "brokerName": f"list{c:05d}", "brokerId": "0", "compressed": "true", "bodyCrc32": "0",
+                   "heartbeatTimeoutMillis": "3600000"}
+            frames.append(remoting.RemotingCommand.request(remoting.RequestCode.REGISTER_BROKER, ext, table,
+                                                           opaque=c + 1, version=codes.V4_9_8).encode())
+        brokers.sendall(b"".join(frames))
+        registered += sum(answer.startswith("0 ") for answer in answers(brokers, src, len(frames)))
+    time.sleep(1)
+    started, asked = server.rss_mb(), 0
+    with socket.create_connection(("127.0.0.1", server.port), timeout=600) as sock:
+        for c in range(clusters):
+            sock.sendall(remoting.RemotingCommand.request(remoting.RequestCode.GET_TOPICS_BY_CLUSTER,
+                                                          {"cluster": f"list{c:05d}"}, opaque=c + 1,
+                                                          version=codes.V4_9_8).encode())
+            asked += sum(answer.startswith("0 ") for answer in answers(sock, src, 1))
+    time.sleep(1)
+    brokers.close()
+    return {"peak_mb": server.peak_mb(), "rss_before_lists_mb": started, "rss_after_mb": server.rss_mb(),
+            "clusters": clusters, "registered": registered, "topics": topics, "name": name, "answered": asked}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attacks", default="stall,bomb",
-                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept")
+                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept,lists")
     parser.add_argument("--budget", type=int, default=0)
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="a line of the server's -c file (repeat)")
@@ -458,6 +491,9 @@ def main() -> None:
     parser.add_argument("--kept-groups", type=int, default=4)
     parser.add_argument("--kept-lookups", type=int, default=2000)
     parser.add_argument("--kept-pad", type=int, default=0, help="characters of padding in each lookup")
+    parser.add_argument("--lists-clusters", type=int, default=4000)
+    parser.add_argument("--lists-topics", type=int, default=2000)
+    parser.add_argument("--lists-name", type=int, default=500, help="characters of each topic's name")
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     result: dict[str, object] = {"budget": args.budget or "default", "config": args.config,
@@ -471,6 +507,7 @@ def main() -> None:
         "unread": lambda s: unread(s, args.unread_groups, args.unread_peers, args.unread_lookups, args.src),
         "http": lambda s: http(s, args.http_groups, args.http_name, args.http_peers, args.src),
         "kept": lambda s: kept(s, args.kept_groups, args.kept_lookups, args.kept_pad, args.src),
+        "lists": lambda s: lists(s, args.lists_clusters, args.lists_topics, args.lists_name, args.src),
     }
     for name in args.attacks.split(","):
         attack = attacks[name]

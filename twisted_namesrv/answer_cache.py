@@ -90,6 +90,14 @@ REPLY_OVERHEAD, HEAD_OVERHEAD = 200, 100
 #: a peer cannot make a topic's body be copied more than this many times
 MAX_RESTS_PER_TOPIC = 4
 
+#: the bytes the kept GET_TOPICS_BY_CLUSTER lists may hold together, past which they start over: a
+#: list per cluster asked for, each up to every topic's name, and a peer that may register makes
+#: clusters (20,000 at maxBrokerGroups; 200 of them serving the same 2,000 topics named in 500
+#: characters kept 200 MB of lists, 4,000 would keep 4 GB); two lists of a million topics fit
+MAX_CLUSTER_LISTS_BYTES = 64 << 20
+#: what a kept cluster list holds beside its body (its key, its place in the tables): counted in it
+CLUSTER_LIST_OVERHEAD = 200
+
 #: the largest registration answer kept for its broker's connection (keep_renewal): one without
 #: the order topics' table is about 120 bytes; 5,000 brokers keep at most 5 MiB of them
 MAX_RENEWAL_ANSWER = 1024
@@ -191,6 +199,10 @@ class AnswerCache:
         #: counts the times the topic tables were let go: a topic list built apart (in a thread,
         #: from the names of an earlier turn) is kept only if none went meanwhile (``keep_topics``)
         self.topic_generation = 0
+        #: the kept topic lists that are one cluster's (``keep_topics``), and what they hold
+        #: (MAX_CLUSTER_LISTS_BYTES)
+        self._cluster_lists: list[Hashable] = []
+        self.cluster_lists_bytes = 0
         #: GET_KVLIST_BY_NAMESPACE's bodies by namespace, with the namespace's table they were made
         #: of (KVConfigManager never changes one in place: a body is current while its table is)
         self.kv_lists: dict[str, tuple[Mapping[str, str], bytes]] = {}
@@ -251,6 +263,8 @@ class AnswerCache:
         self.topic_generation += 1
         if self._topic_tables:
             self._topic_tables.clear()
+        self._cluster_lists.clear()
+        self.cluster_lists_bytes = 0
 
     def _drop_routes(self, topic: str) -> None:
         answers = self.routes.pop(topic, None)
@@ -297,10 +311,26 @@ class AnswerCache:
         """A topic list kept under ``key``."""
         return self._topic_tables.get(key)
 
-    def keep_topics(self, key: Hashable, body: bytes, generation: int) -> None:
-        """Keep a topic list built from the names as they were at ``generation``, if they still are."""
-        if self.keep and generation == self.topic_generation:
-            self._topic_tables[key] = body
+    def keep_topics(self, key: Hashable, body: bytes, generation: int, one_cluster: bool = False) -> None:
+        """Keep a topic list built from the names as they were at ``generation``, if they still are.
+        ``one_cluster``: a cluster's (GET_TOPICS_BY_CLUSTER), one of as many as peers make clusters:
+        those are kept within MAX_CLUSTER_LISTS_BYTES, starting over past it (a list bigger than
+        that alone is answered, never kept); the others are a few keys, each list at most every
+        topic's name."""
+        if not self.keep or generation != self.topic_generation:
+            return
+        if one_cluster and key not in self._topic_tables:
+            size = len(body) + CLUSTER_LIST_OVERHEAD
+            if size > MAX_CLUSTER_LISTS_BYTES:
+                return
+            if self.cluster_lists_bytes + size > MAX_CLUSTER_LISTS_BYTES:
+                for kept in self._cluster_lists:
+                    del self._topic_tables[kept]
+                self._cluster_lists.clear()
+                self.cluster_lists_bytes = 0
+            self._cluster_lists.append(key)
+            self.cluster_lists_bytes += size
+        self._topic_tables[key] = body
 
     def kv_list(self, namespace: str, table: Mapping[str, str]) -> bytes | None:
         """A namespace's KV list kept from ``table`` (the namespace's table now), if any."""
