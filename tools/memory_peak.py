@@ -468,10 +468,40 @@ def lists(server: Server, clusters: int, topics: int, name: int, src: Path) -> d
             "clusters": clusters, "registered": registered, "topics": topics, "name": name, "answered": asked}
 
 
+def routes(server: Server, groups: int, topics: int, src: Path) -> dict[str, object]:
+    """``groups`` broker groups all serving the same ``topics`` topics, then one route lookup of
+    each topic as a 4.9.8 client asks (standard JSON) and one as a client before 4.9.4 does: what
+    the route answers the server keeps to answer the next lookups make it hold."""
+    remoting, codes = codec(src)
+    table = compressed_table([f"route{j:06d}" for j in range(topics)])
+    brokers = socket.create_connection(("127.0.0.1", server.port), timeout=600)  # open: its brokers stay
+    registered = 0
+    for first in range(0, groups, 100):
+        frames = [register(src, table, f"route{g:05d}", g + 1) for g in range(first, min(groups, first + 100))]
+        brokers.sendall(b"".join(frames))
+        registered += sum(answer.startswith("0 ") for answer in answers(brokers, src, len(frames)))
+    time.sleep(1)
+    started, got, after_one = server.rss_mb(), [], 0.0
+    with socket.create_connection(("127.0.0.1", server.port), timeout=600) as sock:
+        for version in (codes.V4_9_8, 317):  # 317: 4.3.0's, answered in fastjson's own JSON
+            for first in range(0, topics, 50):
+                frames = [remoting.RemotingCommand.request(
+                    remoting.RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": f"route{j:06d}"}, opaque=j + 1,
+                    version=version).encode() for j in range(first, min(topics, first + 50))]
+                sock.sendall(b"".join(frames))
+                got += [answer.split()[0] if answer else "?" for answer in answers(sock, src, len(frames))]
+            after_one = after_one or server.rss_mb()
+    time.sleep(1)
+    brokers.close()
+    return {"peak_mb": server.peak_mb(), "rss_before_lookups_mb": started, "rss_after_one_variant_mb": after_one,
+            "rss_after_mb": server.rss_mb(), "groups": groups, "registered": registered, "topics": topics,
+            "answers": sorted({code: got.count(code) for code in got}.items())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attacks", default="stall,bomb",
-                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept,lists")
+                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept,lists,routes")
     parser.add_argument("--budget", type=int, default=0)
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="a line of the server's -c file (repeat)")
@@ -494,6 +524,8 @@ def main() -> None:
     parser.add_argument("--lists-clusters", type=int, default=4000)
     parser.add_argument("--lists-topics", type=int, default=2000)
     parser.add_argument("--lists-name", type=int, default=500, help="characters of each topic's name")
+    parser.add_argument("--routes-groups", type=int, default=500)
+    parser.add_argument("--routes-topics", type=int, default=2000)
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     result: dict[str, object] = {"budget": args.budget or "default", "config": args.config,
@@ -507,6 +539,7 @@ def main() -> None:
         "unread": lambda s: unread(s, args.unread_groups, args.unread_peers, args.unread_lookups, args.src),
         "http": lambda s: http(s, args.http_groups, args.http_name, args.http_peers, args.src),
         "kept": lambda s: kept(s, args.kept_groups, args.kept_lookups, args.kept_pad, args.src),
+        "routes": lambda s: routes(s, args.routes_groups, args.routes_topics, args.src),
         "lists": lambda s: lists(s, args.lists_clusters, args.lists_topics, args.lists_name, args.src),
     }
     for name in args.attacks.split(","):
