@@ -18,6 +18,12 @@
   kept     one topic on KEPT_GROUPS broker groups, then KEPT_LOOKUPS lookups of it on one connection
            that differ by one field padded to KEPT_PAD characters, each sent twice (the second is
            answered from what the server kept of the first), 50 at a time, every answer read
+  lists    LISTS_CLUSTERS broker groups, each a cluster of its own, serving the same LISTS_TOPICS
+           topics named in LISTS_NAME characters, then GET_TOPICS_BY_CLUSTER of each cluster, read
+  routes   ROUTES_GROUPS broker groups serving the same ROUTES_TOPICS topics, then one lookup of each
+           topic as a 4.9.8 client asks and one as a 4.3 client does, 50 at a time, every answer read
+           (give serverChannelMaxIdleTimeSeconds=3600 with --config when the lookups outlast 120 s:
+           the groups' connection is idle meanwhile)
 
 usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KEY=VALUE ...]
                             [--peers 40] [--bomb-mib 300] [--behind-topics 1000000]
@@ -25,6 +31,8 @@ usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KE
                             [--unread-groups 2000] [--unread-peers 4] [--unread-lookups 0]
                             [--http-groups 5000] [--http-name 400] [--http-peers 128]
                             [--kept-groups 4] [--kept-lookups 2000] [--kept-pad 0]
+                            [--lists-clusters 4000] [--lists-topics 2000] [--lists-name 500]
+                            [--routes-groups 500] [--routes-topics 2000]
                             [--src DIR]
 
 ``--src`` runs the server from another checkout (an older commit: before/after figures);
