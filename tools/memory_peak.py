@@ -31,7 +31,7 @@ usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KE
                             [--unread-groups 2000] [--unread-peers 4] [--unread-lookups 0]
                             [--http-groups 5000] [--http-name 400] [--http-peers 128]
                             [--kept-groups 4] [--kept-lookups 2000] [--kept-pad 0]
-                            [--lists-clusters 4000] [--lists-topics 2000] [--lists-name 500]
+                            [--lists-clusters 200] [--lists-topics 2000] [--lists-name 500]
                             [--routes-groups 500] [--routes-topics 2000]
                             [--src DIR]
 
@@ -529,7 +529,7 @@ def main() -> None:
     parser.add_argument("--kept-groups", type=int, default=4)
     parser.add_argument("--kept-lookups", type=int, default=2000)
     parser.add_argument("--kept-pad", type=int, default=0, help="characters of padding in each lookup")
-    parser.add_argument("--lists-clusters", type=int, default=4000)
+    parser.add_argument("--lists-clusters", type=int, default=200)
     parser.add_argument("--lists-topics", type=int, default=2000)
     parser.add_argument("--lists-name", type=int, default=500, help="characters of each topic's name")
     parser.add_argument("--routes-groups", type=int, default=500)
