@@ -23,6 +23,7 @@ from twisted_namesrv.remoting import RemotingCommand, RequestCode, fastjson
 from twisted_namesrv.schema import SERVER_SCHEMA
 from twisted_namesrv.state import settling
 from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.state.routes import RouteChange
 
 TOPICS = ["T0", "T1", "T2"]
 BROKERS = ["a", "b"]
@@ -565,3 +566,63 @@ def test_every_clients_kept_frame_of_a_topic_shares_one_answer_end(tmp_path, mon
     topic = answers.routes["T0"]
     assert len(topic.bodies) == 2 and len(topic.rests) == 1
     assert len([reply for replies in answers.replies.values() for reply in replies if reply.answers is topic]) == 1
+
+
+def held_by_routes(answers) -> int:
+    """The bytes of every kept route body and rest, and of the rests the kept frames still hold
+    (a frame of a dropped topic keeps its rest until it is met or the frames start over)."""
+    pieces = {id(piece): len(piece) for kept in answers.routes.values()
+              for piece in (*kept.bodies.values(), *kept.rests.values())}
+    pieces.update((id(reply.rest), len(reply.rest)) for kept in answers.replies.values() for reply in kept)
+    return sum(pieces.values())
+
+
+@pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
+def test_the_kept_route_bodies_are_bounded_in_bytes(tmp_path, monkeypatch, compat: str) -> None:
+    """A route body names every group serving its topic, kept per topic and variant (and joined
+    once more with its answer header's end for the frames kept): 500 groups registered unsigned on
+    the same 2,000 topics (26 MB of tables) and one lookup of each topic in each variant made the
+    server keep 780 MB (``tools/memory_peak.py --attacks routes``). Now what they hold stays within
+    MAX_ROUTES_BYTES, starting over past it (the frames kept of them with them); every answer is
+    still the tables' own, and a body bigger than the bound alone is answered, never kept."""
+    from twisted_namesrv import answer_cache
+
+    bound = 60_000
+    monkeypatch.setattr(answer_cache, "MAX_ROUTES_BYTES", bound, raising=False)
+    protocol, transport, _ = connection(tmp_path, "kept", compat, keep=True)
+    reference, reference_transport, _ = connection(tmp_path, "reference", compat, keep=False)
+    topics = [f"T{n}" for n in range(40)]
+    for group in range(30):  # 40 topics on 30 groups: route bodies of about 4 KB
+        body = encode_register_body(RegisterBrokerBody(DataVersion(1, 1), {t: TopicConfig(t, 4, 4, 6) for t in topics}),
+                                    False, False)
+        for peer in (protocol, reference):
+            send(peer, RequestCode.REGISTER_BROKER, {"brokerName": f"g{group}", "brokerAddr": f"127.0.0.1:{group}",
+                                                     "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}, body)
+    answers = protocol.factory.dispatcher.state.answers
+
+    def both(topic: str, version: int, opaque: int) -> bytes:
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, opaque=opaque,
+                                          version=version)
+        transport.clear()
+        reference_transport.clear()
+        protocol.dataReceived(request.encode())
+        reference.dataReceived(request.encode())
+        assert transport.value() == reference_transport.value()
+        return transport.value()
+
+    assert len(both("T0", 409, 1)) > 3_000
+    opaque = 2
+    for _ in range(2):
+        for version in (409, 317):  # standard JSON, and fastjson's own: two variants of each body
+            for topic in topics:
+                for _ in range(2):  # the second from memory, when kept
+                    both(topic, version, opaque)
+                    opaque += 1
+                    assert held_by_routes(answers) <= bound
+    assert answers.routes and answers.replies
+    assert answers.routes_bytes == sum(kept.size for kept in answers.routes.values())
+    monkeypatch.setattr(answer_cache, "MAX_ROUTES_BYTES", 2_000, raising=False)
+    answers.changed(RouteChange(everything=True))
+    both("T0", 409, opaque)
+    both("T0", 409, opaque + 1)
+    assert not answers.routes and held_by_routes(answers) == 0  # bigger than the bound: never kept

@@ -240,3 +240,36 @@ def test_a_waiting_build_takes_the_names_when_it_begins_not_when_asked(tmp_path,
     assert sorted(fastjson.loads(made[1].body)["topicList"]) == ["LATE", "T0", "U0"]
     assert [sorted(fastjson.loads(answer.body)["topicList"]) for answer in made[2:]] == [
         [f"T{number}", f"U{number}"] for number in range(1, 5)]
+
+
+def test_the_kept_cluster_lists_are_bounded_in_bytes(tmp_path, monkeypatch):
+    """A topic list is kept per cluster asked for, and a peer that may register makes clusters: 200
+    broker groups, each a cluster of its own, serving the same 2,000 topics named in 500 characters,
+    and one GET_TOPICS_BY_CLUSTER of each, kept 200 MB of lists (``tools/memory_peak.py --attacks
+    lists``).  Now the cluster lists hold at most MAX_CLUSTER_LISTS_BYTES together, starting over past
+    it; every answer is still the tables' own, and the other lists are kept as before."""
+    from twisted_namesrv import answer_cache
+
+    monkeypatch.setattr(answer_cache, "MAX_CLUSTER_LISTS_BYTES", 20_000, raising=False)
+    ns = Namesrv(tmp_path)
+    ns.state.build_apart = lambda key, begin: defer.succeed(begin()())
+    topics = tuple(f"{n:03d}".ljust(100, "t") for n in range(30))  # a list of about 3 KB
+    for cluster in range(20):
+        ns.register(cluster=f"c{cluster}", name=f"g{cluster}", addr=f"127.0.0.1:{10000 + cluster}", topics=topics)
+    tables = ns.state.answers.tables
+
+    def kept_cluster_bytes() -> int:
+        return sum(len(body) for key, body in tables["topic"].items() if isinstance(key, tuple))
+
+    assert sorted(body_json(ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))["topicList"]) == sorted(topics)
+    for _ in range(2):
+        for cluster in range(20):
+            answer = ns.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": f"c{cluster}"})
+            assert sorted(body_json(answer)["topicList"]) == sorted(topics)
+            assert 0 < kept_cluster_bytes() <= 20_000
+    assert ns.state.answers.kept_topics(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    monkeypatch.setattr(answer_cache, "MAX_CLUSTER_LISTS_BYTES", 1_000, raising=False)
+    ns.register(cluster="c0", name="g0", addr="127.0.0.1:10000", topics=(*topics, "more"), version=(1, 2))
+    assert not kept_cluster_bytes()
+    assert len(body_json(ns.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "c0"}))["topicList"]) == 31
+    assert not kept_cluster_bytes()  # bigger than the bound alone: answered, never kept

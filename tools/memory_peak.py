@@ -18,6 +18,12 @@
   kept     one topic on KEPT_GROUPS broker groups, then KEPT_LOOKUPS lookups of it on one connection
            that differ by one field padded to KEPT_PAD characters, each sent twice (the second is
            answered from what the server kept of the first), 50 at a time, every answer read
+  lists    LISTS_CLUSTERS broker groups, each a cluster of its own, serving the same LISTS_TOPICS
+           topics named in LISTS_NAME characters, then GET_TOPICS_BY_CLUSTER of each cluster, read
+  routes   ROUTES_GROUPS broker groups serving the same ROUTES_TOPICS topics, then one lookup of each
+           topic as a 4.9.8 client asks and one as a 4.3 client does, 50 at a time, every answer read
+           (give serverChannelMaxIdleTimeSeconds=3600 with --config when the lookups outlast 120 s:
+           the groups' connection is idle meanwhile)
 
 usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KEY=VALUE ...]
                             [--peers 40] [--bomb-mib 300] [--behind-topics 1000000]
@@ -25,6 +31,8 @@ usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KE
                             [--unread-groups 2000] [--unread-peers 4] [--unread-lookups 0]
                             [--http-groups 5000] [--http-name 400] [--http-peers 128]
                             [--kept-groups 4] [--kept-lookups 2000] [--kept-pad 0]
+                            [--lists-clusters 200] [--lists-topics 2000] [--lists-name 500]
+                            [--routes-groups 500] [--routes-topics 2000]
                             [--src DIR]
 
 ``--src`` runs the server from another checkout (an older commit: before/after figures);
@@ -435,10 +443,73 @@ def kept(server: Server, groups: int, lookups: int, pad: int, src: Path) -> dict
             "groups": groups, "registered": registered, "lookups": lookups, "answered": answered}
 
 
+def lists(server: Server, clusters: int, topics: int, name: int, src: Path) -> dict[str, object]:
+    """``clusters`` broker groups, each a cluster of its own, all serving the same ``topics``
+    topics named in ``name`` characters, then GET_TOPICS_BY_CLUSTER of each cluster, read: what
+    the lists the server keeps to answer the next asks make it hold."""
+    remoting, codes = codec(src)
+    names = [f"{j:07d}".ljust(name, "t") for j in range(topics)]
+    table = compressed_table(names)
+    brokers = socket.create_connection(("127.0.0.1", server.port), timeout=600)  # open: its brokers stay
+    registered = 0
+    for first in range(0, clusters, 100):
+        frames = []
+        for c in range(first, min(clusters, first + 100)):
+            ext = {"clusterName": f"list{c:05d}", "brokerAddr": f"127.0.0.1:{20000 + c}",
+                   "brokerName": f"list{c:05d}", "brokerId": "0", "compressed": "true", "bodyCrc32": "0",
+                   "heartbeatTimeoutMillis": "3600000"}
+            frames.append(remoting.RemotingCommand.request(remoting.RequestCode.REGISTER_BROKER, ext, table,
+                                                           opaque=c + 1, version=codes.V4_9_8).encode())
+        brokers.sendall(b"".join(frames))
+        registered += sum(answer.startswith("0 ") for answer in answers(brokers, src, len(frames)))
+    time.sleep(1)
+    started, asked = server.rss_mb(), 0
+    with socket.create_connection(("127.0.0.1", server.port), timeout=600) as sock:
+        for c in range(clusters):
+            sock.sendall(remoting.RemotingCommand.request(remoting.RequestCode.GET_TOPICS_BY_CLUSTER,
+                                                          {"cluster": f"list{c:05d}"}, opaque=c + 1,
+                                                          version=codes.V4_9_8).encode())
+            asked += sum(answer.startswith("0 ") for answer in answers(sock, src, 1))
+    time.sleep(1)
+    brokers.close()
+    return {"peak_mb": server.peak_mb(), "rss_before_lists_mb": started, "rss_after_mb": server.rss_mb(),
+            "clusters": clusters, "registered": registered, "topics": topics, "name": name, "answered": asked}
+
+
+def routes(server: Server, groups: int, topics: int, src: Path) -> dict[str, object]:
+    """``groups`` broker groups all serving the same ``topics`` topics, then one route lookup of
+    each topic as a 4.9.8 client asks (standard JSON) and one as a client before 4.9.4 does: what
+    the route answers the server keeps to answer the next lookups make it hold."""
+    remoting, codes = codec(src)
+    table = compressed_table([f"route{j:06d}" for j in range(topics)])
+    brokers = socket.create_connection(("127.0.0.1", server.port), timeout=600)  # open: its brokers stay
+    registered = 0
+    for first in range(0, groups, 100):
+        frames = [register(src, table, f"route{g:05d}", g + 1) for g in range(first, min(groups, first + 100))]
+        brokers.sendall(b"".join(frames))
+        registered += sum(answer.startswith("0 ") for answer in answers(brokers, src, len(frames)))
+    time.sleep(1)
+    started, got, after_one = server.rss_mb(), [], 0.0
+    with socket.create_connection(("127.0.0.1", server.port), timeout=600) as sock:
+        for version in (codes.V4_9_8, 317):  # 317: 4.3.0's, answered in fastjson's own JSON
+            for first in range(0, topics, 50):
+                frames = [remoting.RemotingCommand.request(
+                    remoting.RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": f"route{j:06d}"}, opaque=j + 1,
+                    version=version).encode() for j in range(first, min(topics, first + 50))]
+                sock.sendall(b"".join(frames))
+                got += [answer.split()[0] if answer else "?" for answer in answers(sock, src, len(frames))]
+            after_one = after_one or server.rss_mb()
+    time.sleep(1)
+    brokers.close()
+    return {"peak_mb": server.peak_mb(), "rss_before_lookups_mb": started, "rss_after_one_variant_mb": after_one,
+            "rss_after_mb": server.rss_mb(), "groups": groups, "registered": registered, "topics": topics,
+            "answers": sorted({code: got.count(code) for code in got}.items())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attacks", default="stall,bomb",
-                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept")
+                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept,lists,routes")
     parser.add_argument("--budget", type=int, default=0)
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="a line of the server's -c file (repeat)")
@@ -458,6 +529,11 @@ def main() -> None:
     parser.add_argument("--kept-groups", type=int, default=4)
     parser.add_argument("--kept-lookups", type=int, default=2000)
     parser.add_argument("--kept-pad", type=int, default=0, help="characters of padding in each lookup")
+    parser.add_argument("--lists-clusters", type=int, default=200)
+    parser.add_argument("--lists-topics", type=int, default=2000)
+    parser.add_argument("--lists-name", type=int, default=500, help="characters of each topic's name")
+    parser.add_argument("--routes-groups", type=int, default=500)
+    parser.add_argument("--routes-topics", type=int, default=2000)
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     result: dict[str, object] = {"budget": args.budget or "default", "config": args.config,
@@ -471,6 +547,8 @@ def main() -> None:
         "unread": lambda s: unread(s, args.unread_groups, args.unread_peers, args.unread_lookups, args.src),
         "http": lambda s: http(s, args.http_groups, args.http_name, args.http_peers, args.src),
         "kept": lambda s: kept(s, args.kept_groups, args.kept_lookups, args.kept_pad, args.src),
+        "routes": lambda s: routes(s, args.routes_groups, args.routes_topics, args.src),
+        "lists": lambda s: lists(s, args.lists_clusters, args.lists_topics, args.lists_name, args.src),
     }
     for name in args.attacks.split(","):
         attack = attacks[name]

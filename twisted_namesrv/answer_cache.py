@@ -90,6 +90,25 @@ REPLY_OVERHEAD, HEAD_OVERHEAD = 200, 100
 #: a peer cannot make a topic's body be copied more than this many times
 MAX_RESTS_PER_TOPIC = 4
 
+#: the bytes the kept route bodies may hold, and the answer frames' ends joined of them (``rests``),
+#: past which they start over: a body names every group serving its topic (about 200 bytes each),
+#: kept per topic and variant, so any peer that may register many groups on the same topics and
+#: looks each topic up in both variants makes it hold far more than the tables (500 groups on 2,000
+#: topics, 26 MB of tables, kept 780 MB; at maxTopicQueueEntries about 6 GB); 256 MiB holds the
+#: bodies of about 300,000 topics on two groups, in both variants
+MAX_ROUTES_BYTES = 256 << 20
+#: what a kept topic holds beside its bodies (its TopicAnswers, its dicts, its place in ``routes``),
+#: and a body or a rest beside its bytes: counted into MAX_ROUTES_BYTES
+TOPIC_OVERHEAD, PIECE_OVERHEAD = 600, 100
+
+#: the bytes the kept GET_TOPICS_BY_CLUSTER lists may hold together, past which they start over: a
+#: list per cluster asked for, each up to every topic's name, and a peer that may register makes
+#: clusters (20,000 at maxBrokerGroups; 200 of them serving the same 2,000 topics named in 500
+#: characters kept 200 MB of lists, 4,000 would keep 4 GB); two lists of a million topics fit
+MAX_CLUSTER_LISTS_BYTES = 64 << 20
+#: what a kept cluster list holds beside its body (its key, its place in the tables): counted in it
+CLUSTER_LIST_OVERHEAD = 200
+
 #: the largest registration answer kept for its broker's connection (keep_renewal): one without
 #: the order topics' table is about 120 bytes; 5,000 brokers keep at most 5 MiB of them
 MAX_RENEWAL_ANSWER = 1024
@@ -105,12 +124,14 @@ class TopicAnswers:
     (variant, that header end): every client's kept frame of the topic shares one (at most
     MAX_RESTS_PER_TOPIC of them), so an answer from memory joins no header and body per call."""
 
-    __slots__ = ("bodies", "rests", "stale")
+    __slots__ = ("bodies", "rests", "stale", "size")
 
     def __init__(self) -> None:
         self.bodies: dict[Hashable, bytes] = {}
         self.rests: dict[tuple[Hashable, bytes], bytes] = {}
         self.stale = False
+        #: what it holds, counted into MAX_ROUTES_BYTES
+        self.size = TOPIC_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,11 +207,17 @@ class AnswerCache:
         self._routes = routes
         self.keep = keep
         self.routes: dict[str, TopicAnswers] = {}
+        #: what the kept routes hold (MAX_ROUTES_BYTES)
+        self.routes_bytes = 0
         self.tables: dict[str, dict[Hashable, bytes]] = {TOPIC: {}, BROKER: {}}
         self._topic_tables = self.tables[TOPIC]
         #: counts the times the topic tables were let go: a topic list built apart (in a thread,
         #: from the names of an earlier turn) is kept only if none went meanwhile (``keep_topics``)
         self.topic_generation = 0
+        #: the kept topic lists that are one cluster's (``keep_topics``), and what they hold
+        #: (MAX_CLUSTER_LISTS_BYTES)
+        self._cluster_lists: list[Hashable] = []
+        self.cluster_lists_bytes = 0
         #: GET_KVLIST_BY_NAMESPACE's bodies by namespace, with the namespace's table they were made
         #: of (KVConfigManager never changes one in place: a body is current while its table is)
         self.kv_lists: dict[str, tuple[Mapping[str, str], bytes]] = {}
@@ -251,11 +278,14 @@ class AnswerCache:
         self.topic_generation += 1
         if self._topic_tables:
             self._topic_tables.clear()
+            self._cluster_lists.clear()
+            self.cluster_lists_bytes = 0
 
     def _drop_routes(self, topic: str) -> None:
         answers = self.routes.pop(topic, None)
         if answers is not None:
             answers.stale = True  # the frames kept from them see it (replies_from_memory)
+            self.routes_bytes -= answers.size
 
     def config_changed(self) -> None:
         """NamesrvConfig's updates: everything may answer differently (a switch changed, or a limit
@@ -269,11 +299,17 @@ class AnswerCache:
 
     def _clear_answers(self) -> None:
         """Every kept route and table (the tables were replaced)."""
+        if self.routes or self.replies:
+            self._drop_every_route()
+        self._drop_topic_tables()
+        self.tables[BROKER].clear()
+
+    def _drop_every_route(self) -> None:
+        """Every kept route body, and the answer frames kept from them (each holds its topic's rest)."""
         for answers in self.routes.values():
             answers.stale = True
         self.routes.clear()
-        self._drop_topic_tables()
-        self.tables[BROKER].clear()
+        self.routes_bytes = 0
         self.replies.clear()
         self.replies_bytes = 0
 
@@ -297,10 +333,26 @@ class AnswerCache:
         """A topic list kept under ``key``."""
         return self._topic_tables.get(key)
 
-    def keep_topics(self, key: Hashable, body: bytes, generation: int) -> None:
-        """Keep a topic list built from the names as they were at ``generation``, if they still are."""
-        if self.keep and generation == self.topic_generation:
-            self._topic_tables[key] = body
+    def keep_topics(self, key: Hashable, body: bytes, generation: int, one_cluster: bool = False) -> None:
+        """Keep a topic list built from the names as they were at ``generation``, if they still are.
+        ``one_cluster``: a cluster's (GET_TOPICS_BY_CLUSTER), one of as many as peers make clusters:
+        those are kept within MAX_CLUSTER_LISTS_BYTES, starting over past it (a list bigger than
+        that alone is answered, never kept); the others are a few keys, each list at most every
+        topic's name."""
+        if not self.keep or generation != self.topic_generation:
+            return
+        if one_cluster and key not in self._topic_tables:
+            size = len(body) + CLUSTER_LIST_OVERHEAD
+            if size > MAX_CLUSTER_LISTS_BYTES:
+                return
+            if self.cluster_lists_bytes + size > MAX_CLUSTER_LISTS_BYTES:
+                for kept in self._cluster_lists:
+                    del self._topic_tables[kept]
+                self._cluster_lists.clear()
+                self.cluster_lists_bytes = 0
+            self._cluster_lists.append(key)
+            self.cluster_lists_bytes += size
+        self._topic_tables[key] = body
 
     def kv_list(self, namespace: str, table: Mapping[str, str]) -> bytes | None:
         """A namespace's KV list kept from ``table`` (the namespace's table now), if any."""
@@ -324,9 +376,20 @@ class AnswerCache:
         if frame is not None and len(frame) > KEPT_HEADER_MAX + 4:  # (a lookup's frame: its header's length, a header)
             frame = None  # its body is kept, not its frame: any peer chooses the frame's bytes
         answers = self.routes.get(topic)
-        if answers is None:
-            answers = self.routes[topic] = TopicAnswers()
-        body = answers.bodies.setdefault(variant, body)
+        if answers is None or variant not in answers.bodies:
+            adding = len(body) + PIECE_OVERHEAD + (TOPIC_OVERHEAD if answers is None else 0)
+            if adding > MAX_ROUTES_BYTES:
+                return  # answered, never kept
+            if self.routes_bytes + adding > MAX_ROUTES_BYTES:
+                self._drop_every_route()  # start over (each lookup then builds its topic's body once)
+                answers = None
+            if answers is None:
+                answers = self.routes[topic] = TopicAnswers()
+                self.routes_bytes += TOPIC_OVERHEAD
+            answers.bodies[variant] = body
+            answers.size += len(body) + PIECE_OVERHEAD
+            self.routes_bytes += len(body) + PIECE_OVERHEAD
+        body = answers.bodies[variant]
         if (frame is not None and body is response.body and request.serialize_type == SerializeType.JSON
                 and response.serialize_type == SerializeType.JSON and not request.body and not request.is_oneway
                 and frame.count(OPAQUE_KEY) == 1):
@@ -344,9 +407,12 @@ class AnswerCache:
         head, tail = header[:split + _OPAQUE_AT], header[split + _OPAQUE_AT + len(digits):]
         rest = answers.rests.get((variant, tail))
         if rest is None:
-            if len(answers.rests) >= MAX_RESTS_PER_TOPIC:
+            adding = len(tail) + len(body) + PIECE_OVERHEAD
+            if len(answers.rests) >= MAX_RESTS_PER_TOPIC or self.routes_bytes + adding > MAX_ROUTES_BYTES:
                 return  # (the topic's bodies stay kept: it is answered from them)
             rest = answers.rests[variant, tail] = tail + body
+            answers.size += adding
+            self.routes_bytes += adding
         header_length = len(head) + len(digits) + len(tail)
         prefix = _PREFIX.pack(4 + header_length + len(body), (SerializeType.JSON << 24) | header_length) + head
         after = frame[end:]

@@ -518,10 +518,11 @@ TopicList = RemotingCommand | defer.Deferred[RemotingCommand]
 
 
 def _topic_list(state: NamesrvState, request: RemotingCommand, switch: str, key: Hashable,
-                pick: Callable[[list[str]], list[str]] | None = None) -> TopicList:
+                pick: Callable[[list[str]], list[str]] | None = None, one_cluster: bool = False) -> TopicList:
     """A topic list: kept under ``key``, else built apart (apart.py: a thread; a million topics
     take seconds to order and encode) from the topics as they are when the build begins,
-    ``pick``ed there, and kept if no topic changed meanwhile."""
+    ``pick``ed there, and kept if no topic changed meanwhile (``one_cluster``'s within a bound
+    in bytes: AnswerCache.keep_topics)."""
     if _list_disabled(state, switch):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "disable")
     kept = state.answers.kept_topics(key)
@@ -538,7 +539,7 @@ def _topic_list(state: NamesrvState, request: RemotingCommand, switch: str, key:
 
     def built(made: tuple[int, bytes]) -> RemotingCommand:
         generation, body = made
-        state.answers.keep_topics(key, body, generation)
+        state.answers.keep_topics(key, body, generation, one_cluster)
         return respond(state, request, body=body)
     return state.build_apart(key, begin).addCallback(built)
 
@@ -552,7 +553,7 @@ def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: P
     if cluster not in state.routes.clusterAddrTable and not _list_disabled(state, "enableTopicList"):
         return respond(state, request, body=topic_list_body([], None, state.profile.concurrent_tables))  # kept: none
     return _topic_list(state, request, "enableTopicList", (RequestCode.GET_TOPICS_BY_CLUSTER, cluster),
-                       lambda topics: state.routes.topics_by_cluster(cluster, topics))
+                       lambda topics: state.routes.topics_by_cluster(cluster, topics), one_cluster=True)
 
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
