@@ -392,5 +392,6 @@ def test_making_room_closes_nothing_open_and_fails_quietly_past_the_limit():
     before = sorted(os.listdir("/proc/self/fd"))
     assert budget.make_table_room(3) is True  # already room: nothing done
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    assert soft == resource.RLIM_INFINITY or budget.make_table_room(soft + 1) is False  # past ulimit -n: the table grows as it did
+    # past ulimit -n: False, and the table grows as it did
+    assert soft == resource.RLIM_INFINITY or budget.make_table_room(soft + 1) is False
     assert sorted(os.listdir("/proc/self/fd")) == before
