@@ -127,9 +127,10 @@ def make_table_room(count: int) -> bool:
     """Grow this process's descriptor table to hold ``count`` descriptors now, at start-up: whether
     it holds them.  Linux doubles the table as descriptors are opened past its size (256, 512, ...
     8192), and in a process with more than one thread (the reactor's pool writes the stores) each
-    doubling waits for an RCU grace period first (``expand_fdtable``'s ``synchronize_rcu``): the
-    reactor's thread slept 4-75 ms in the ``accept`` that crossed 1,024, 2,048 or 4,096 while 5,000
-    brokers connected, neither running nor runnable, and every lookup waited with it.  Made once here
+    doubling waits for an RCU grace period first (``expand_fdtable``'s ``synchronize_rcu``): while
+    5,000 brokers connected, the reactor's thread slept 15.1 ms in the ``accept`` that returned
+    descriptor 2,048 and 9.3 ms in the one of 4,096 (4-75 ms a doubling in a threaded test process, on
+    a loaded machine), neither running nor runnable, and every lookup waited with it.  Made once here
     (the table never shrinks), no accept grows it.  A descriptor duplicated at ``count - 1`` or
     above (``F_DUPFD_CLOEXEC``: never over one open) makes the kernel grow the table to hold it,
     then is closed."""
