@@ -86,11 +86,12 @@ def scale(tmp: Path, *extra: str) -> subprocess.CompletedProcess:
 def test_the_longest_wait_is_split_into_the_servers_side_the_probes_and_neither(curve):
     """The probe's side is no longer left in 'neither': a 9 ms lookup whose probe waited 3 ms for
     core 1 and ran 1 ms, while the server ran 2 ms and waited 1 ms, leaves 2 ms to neither."""
-    samples = [(10.0, 0.002, 0.1, 1.0, 0.0, 0.05, 1, 0.0, 0.0, 0.0, 0.0),  # (start s, rtt s, own wait, ran,
-               (10.1, 0.009, 3.0, 2.0, 1.0, 1.0, 2, 0.5, 1.5, 0.25, 2.5),   # queued, own ran ms, slices, ksoftirqd
-                                                                           # ran, waited; core 0's ran, waited)
-               (10.2, 0.001, 4.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0),  # the probe's longest own wait,
-               (20.0, 0.050, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0)]  # not the longest; outside the window
+    samples = [(10.0, 0.002, 0.1, 1.0, 0.0, 0.05, 1, 0.0, 0.0, 0.0, 0.0, 0.0),  # (start s, rtt s, own wait, ran,
+               (10.1, 0.009, 3.0, 2.0, 1.0, 1.0, 2, 0.5, 1.5, 0.25, 2.5, 1.5),   # queued, own ran ms, slices,
+                                                                                # ksoftirqd ran, waited; core 0's
+                                                                                # ran, waited; other threads ran)
+               (10.2, 0.001, 4.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0),  # the probe's longest own wait,
+               (20.0, 0.050, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)]  # not the longest; outside the window
     got = curve.window(samples, 10.0, 11.0)
     assert got["probe_max_ms"] == 9.0 and got["probe_runqueue_max_ms"] == 4.0
     assert (got["probe_max_server_ran_ms"], got["probe_max_server_runqueue_ms"]) == (2.0, 1.0)
@@ -98,6 +99,7 @@ def test_the_longest_wait_is_split_into_the_servers_side_the_probes_and_neither(
     assert got["probe_max_server_slices"] == 2 and got["probe_max_neither_ms"] == 2.0
     assert (got["probe_max_softirqd_ran_ms"], got["probe_max_softirqd_runqueue_ms"]) == (0.5, 1.5)
     assert (got["probe_max_server_softirqd_ran_ms"], got["probe_max_server_softirqd_runqueue_ms"]) == (0.25, 2.5)
+    assert got["probe_max_server_others_ran_ms"] == 1.5  # a thread of its pool or its log, part of the neither
     assert curve.longest_started(samples, 10.0, 11.0) == 10.1
 
 

@@ -21,8 +21,8 @@ def procfs(monkeypatch):
 
 
 def stat_line(pid: int, comm: str, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0,
-              minflt: int = 0, cminflt: int = 0) -> str:
-    middle = f"0 0 0 0 0 {minflt} {cminflt} 0 0"  # pgrp ... cmajflt: fields 5 to 13
+              minflt: int = 0, cminflt: int = 0, majflt: int = 0) -> str:
+    middle = f"0 0 0 0 0 {minflt} {cminflt} {majflt} 0"  # pgrp ... cmajflt: fields 5 to 13
     return f"{pid} ({comm}) S {ppid} {middle} {utime} {stime} {cutime} {cstime} 20 0 1 0 100\n"
 
 
@@ -66,6 +66,8 @@ def test_a_stat_line_is_read_after_the_last_parenthesis_of_its_name(procfs, proc
     assert (stat.comm, stat.ppid, stat.own_ticks, stat.reaped_ticks) == ("java) S 9 (x", 1, 400, 0)
     assert procfs.pid_stat(99, proc) is None and procfs.pid_cpu_s(99, proc) == 0.0  # gone
     assert procfs.pid_cpu_s(2, proc) == 400 / procfs.TICKS
+    (proc / "2" / "stat").write_text(stat_line(2, "java", 1, 300, 100, majflt=7))
+    assert procfs.pid_major_faults(2, proc) == 7 and procfs.pid_major_faults(99, proc) == 0
 
 
 def test_a_stat_lines_minor_faults_its_own_and_its_reaped_childrens(procfs, tmp_path) -> None:
@@ -124,6 +126,8 @@ def test_schedstat_read_once_or_through_a_kept_descriptor(procfs, tmp_path) -> N
 def test_the_live_proc_reads(procfs) -> None:
     """This process's own figures, as Linux gives them: its CPU, memory and thread's schedstat."""
     assert procfs.pid_stat(os.getpid()).ppid == os.getppid()
+    import resource  # the field read as majflt is the one the kernel counts as this process's major faults
+    assert procfs.pid_major_faults(os.getpid()) == resource.getrusage(resource.RUSAGE_SELF).ru_majflt
     assert procfs.status_kib(os.getpid(), ("VmRSS",))["VmRSS"] > 0
     ran, _ = procfs.schedstat_ns(f"/proc/self/task/{threading.get_native_id()}/schedstat")
     assert ran > 0 and procfs.cores_busy_s() > 0
@@ -154,3 +158,30 @@ def test_no_benchmark_reads_proc_but_procfs() -> None:
     found = {path.name: line.strip() for path in BENCH.glob("*.py") if path.name != "procfs.py"
              for line in path.read_text().splitlines() if reads.search(line)}
     assert found == {}
+
+
+def thread_files(proc: Path, pid: int, tid: int, ran_ns: int, voluntary: int) -> None:
+    task = proc / str(pid) / "task" / str(tid)
+    task.mkdir(parents=True, exist_ok=True)
+    (task / "schedstat").write_text(f"{ran_ns} 0 7\n")
+    (task / "status").write_text(f"Name:\tpython\nvoluntary_ctxt_switches:\t{voluntary}\n"
+                                 "nonvoluntary_ctxt_switches:\t5\n")
+
+
+def test_the_other_threads_run_time_leaves_the_main_one_out_and_lists_new_threads_when_due(procfs, tmp_path) -> None:
+    """A probe's lookup counts what the server's pool and log threads ran, never its main thread;
+    a thread started since the last listing is counted from the next one, never between two reads."""
+    thread_files(tmp_path, 10, 10, 9_000_000, 3)  # the main thread
+    thread_files(tmp_path, 10, 11, 2_000_000, 4)
+    others = procfs.OtherThreads(10, relist=0.1, proc=tmp_path)
+    others.list_if_due(100.0)
+    assert others.ran_ms() == 2.0
+    thread_files(tmp_path, 10, 12, 5_000_000, 1)  # a pool's thread started meanwhile
+    others.list_if_due(100.05)  # not due: the same threads
+    assert others.ran_ms() == 2.0
+    others.list_if_due(100.2)
+    assert others.ran_ms() == 7.0
+    assert procfs.thread_switches(10, tmp_path) == (3, 8)  # the main thread's sleeps, every thread's
+    assert procfs.thread_switches(99, tmp_path) == (0, 0)  # gone
+    others.close()
+    assert procfs.OtherThreads(None).ran_ms() == 0.0  # no server process: nothing

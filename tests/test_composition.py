@@ -75,8 +75,13 @@ def test_the_descriptor_budget_and_the_audit_trail_are_the_roots(tmp_path, monke
     service's constructor, documented as doing no I/O, read ``ulimit -n`` and made its own budget.
     The embedded controller's audit events go into the root's one AuditTrail, not counters of its own."""
     monkeypatch.setattr(service_module, "open_file_limit", lambda: 4096)
-    loaded = service_module.load(config(tmp_path, controllerStorePath=str(tmp_path / "ctl")), task.Clock())
+    rooms: list[int] = []
+    monkeypatch.setattr(service_module, "make_table_room", rooms.append)
+    loaded = service_module.load(config(tmp_path, controllerStorePath=str(tmp_path / "ctl"), maxConnections=3000),
+                                 task.Clock())
     assert loaded.owners.fds.limit == 4096 and loaded.owners.fds.reserve == 64
+    # the descriptor table holds every connection from the start, never grown by an accept (budget.py)
+    assert rooms == [3000 + 64 + budget.ROOM_SLACK]
 
     def no_io() -> None:
         raise AssertionError("the service read the descriptor limit itself")

@@ -9,6 +9,7 @@ import errno
 import http.client
 import io
 import json
+import os
 import re
 import resource
 import socket
@@ -21,7 +22,7 @@ from twisted.internet import task, tcp
 from twisted.logger import Logger, LogLevel, capturedLogs, formatEvent, globalLogPublisher
 
 from tests.support import free_port, server_config, start_server
-from twisted_namesrv import server
+from twisted_namesrv import budget, server
 from twisted_namesrv.admin.client import NamesrvClient
 from twisted_namesrv.budget import FdBudget, fd_limit_warning
 from twisted_namesrv.remoting import RequestCode
@@ -338,3 +339,59 @@ def test_a_remoting_flood_leaves_the_probes_and_metrics_room_to_answer(tmp_path)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert "fewer than 64 of 256 descriptors (ulimit -n) would stay free for the stores (fdReserve) and 8 more for " \
            "the HTTP port" in output
+
+
+#: a process with a second thread (the table shared: each growth waits for RCU) opening ``count``
+#: descriptors, after making room for them when asked: prints how many times its table grew meanwhile
+GROWTHS = """
+import os, sys, threading
+from twisted_namesrv.budget import make_table_room
+count, room = int(sys.argv[1]), sys.argv[2] == "room"
+def table_size():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("FDSize:"))
+done = threading.Event()
+threading.Thread(target=done.wait).start()
+made = make_table_room(count + 16) if room else None
+sizes, opened = {table_size()}, []
+for _ in range(count):
+    opened.append(os.open(os.devnull, os.O_RDONLY))
+    sizes.add(table_size())
+done.set()
+print(made, len(sizes) - 1, table_size())
+"""
+
+
+def growths(count: int, room: bool) -> tuple[str, int, int]:
+    done = subprocess.run([sys.executable, "-c", GROWTHS, str(count), "room" if room else "none"],
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (count + 64, count + 64)))
+    assert done.returncode == 0, done.stderr
+    made, grew, size = done.stdout.split()
+    return made, int(grew), int(size)
+
+
+def test_room_made_at_start_leaves_no_growth_of_the_descriptor_table_to_an_accept():
+    """Each doubling of a threaded process's descriptor table waits for an RCU grace period (4-75 ms
+    here), which the reactor's thread slept in the accept that crossed 1,024, 2,048 or 4,096 as 5,000
+    brokers connected: with the room made at start-up, opening 5,000 descriptors grows it no more."""
+    assert growths(5000, room=False)[1] >= 4  # 256 -> 512 -> ... -> 8192: each a wait
+    made, grew, size = growths(5000, room=True)
+    assert (made, grew) == ("True", 0) and size >= 5016
+
+
+def test_the_room_is_the_connections_the_reserve_and_a_slack_within_the_limit():
+    assert budget.descriptor_room(10_000, 64, 1 << 16) == 10_000 + 64 + budget.ROOM_SLACK
+    assert budget.descriptor_room(10_000, 64, 4096) == 4096  # ulimit -n below it: no more than it allows
+    assert budget.descriptor_room(0, 64, 50_000) == 50_000  # no connection limit: what the limit allows
+    assert budget.descriptor_room(0, 64, None) == budget.TABLE_ROOM_MAX  # neither: bounded all the same
+    assert budget.descriptor_room(10**8, 64, None) == budget.TABLE_ROOM_MAX
+
+
+def test_making_room_closes_nothing_open_and_fails_quietly_past_the_limit():
+    before = sorted(os.listdir("/proc/self/fd"))
+    assert budget.make_table_room(3) is True  # already room: nothing done
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    # past ulimit -n: False, and the table grows as it did
+    assert soft == resource.RLIM_INFINITY or budget.make_table_room(soft + 1) is False
+    assert sorted(os.listdir("/proc/self/fd")) == before

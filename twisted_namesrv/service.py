@@ -32,7 +32,9 @@ from .budget import (
     MemoryBudget,
     count_open_fds,
     default_budget,
+    descriptor_room,
     fd_limit_warning,
+    make_table_room,
     open_file_limit,
 )
 from .client import TlsWrap
@@ -283,8 +285,11 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
     try:
         check_paths(config)
         notifier = Notifier(reactor, "notify min broker id change")
+        fd_limit = open_file_limit()
         owners = build(config, reactor, min_broker_id_notifier(notifier, config.profile.mq_version),
-                       fd_limit=open_file_limit())
+                       fd_limit=fd_limit)
+        # before the reactor's pool starts a thread: a table grown later waits for RCU (budget.py)
+        make_table_room(descriptor_room(config["maxConnections"], config["fdReserve"], fd_limit))
         state, metrics = owners.state, owners.seen.metrics
         # counted in namesrv_broker_pushes_total; each push holds a descriptor of the reserve's budget
         notifier.counts, notifier.fds = metrics.pushes, owners.fds

@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from procfs import (  # beside this file: /proc read one way
+    OtherThreads,
     Schedstat,
     core_steal_s,
     cores_busy_s,
@@ -79,7 +80,9 @@ from procfs import (  # beside this file: /proc read one way
     kernel_thread,
     launched,
     pid_cpu_s,
+    pid_major_faults,
     status_kib,
+    thread_switches,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -248,10 +251,15 @@ def group_alive(pgid: int) -> bool:
 class PhaseCpu:
     """The CPU a phase took from its start, taken apart: this process's (the brokers' load), the
     probe's, and what the machine's cores spent on anything but the server, the load and the probe
-    (``/proc/stat`` less the three); ``server0`` the server's at the start."""
+    (``/proc/stat`` less the three); ``server0`` the server's at the start; and the server's wake-ups
+    over the phase (``wakeups``: its main thread's, every thread's), which a storm's CPU follows
+    (docs/benchmarks.md, the storm's CPU)."""
 
     def __init__(self, server: Server, probe_pid: int) -> None:
         self.server, self.probe_pid = server, probe_pid
+        self.main_pid = server.main_pid()
+        self.switches0 = thread_switches(self.main_pid)
+        self.faults0 = pid_major_faults(self.main_pid)
         self.server0, self.load0, self.machine0, self.probe0 = (server.cpu_s(), time.process_time(), cores_busy_s(),
                                                                 pid_cpu_s(probe_pid))
         self.steal0 = core_steal_s(SERVER_CORE)
@@ -261,6 +269,9 @@ class PhaseCpu:
         load = time.process_time() - self.load0
         probe = pid_cpu_s(self.probe_pid) - self.probe0
         self.steal_s = core_steal_s(SERVER_CORE) - self.steal0
+        switches = thread_switches(self.main_pid)
+        self.wakeups = (switches[0] - self.switches0[0], switches[1] - self.switches0[1])
+        self.major_faults = pid_major_faults(self.main_pid) - self.faults0
         return load, probe, cores_busy_s() - self.machine0 - (self.server.cpu_s() - self.server0) - load - probe
 
 
@@ -391,7 +402,7 @@ def read_answer(s: socket.socket) -> None:
 #: packets), how many times the server's main thread was put on a CPU, how long core 1's
 #: ksoftirqd ran and waited for it (ms: packets the system calls left it to deliver), and the same
 #: of core 0's (the server's core: what its sends leave undelivered waits for it there)
-Sample = tuple[float, float, float, float, float, float, int, float, float, float, float]
+Sample = tuple[float, float, float, float, float, float, int, float, float, float, float, float]
 
 
 def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) -> None:
@@ -404,6 +415,7 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) ->
     s = socket.create_connection((HOST, port), timeout=120)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     server = Schedstat(f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent")
+    others = OtherThreads(server_pid)  # the server's other threads (a pool's writers, a log's)
     own = Schedstat(f"/proc/self/task/{threading.get_native_id()}/schedstat")
     softirqd_pid, server_softirqd_pid = kernel_thread("ksoftirqd/1"), kernel_thread("ksoftirqd/0")
     softirqd = Schedstat(f"/proc/{softirqd_pid}/schedstat" if softirqd_pid else "/nonexistent")
@@ -413,23 +425,28 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) ->
     try:
         while not stop.is_set():
             opaque += 1
+            others.list_if_due(time.monotonic())
             (own_ran, waited, _), (ran0, queued0, slices0) = own.read_slices(), server.read_slices()
+            others_ran0 = others.ran_ms()
             (soft_ran0, soft_queued0), (soft0_ran0, soft0_queued0) = softirqd.read(), server_softirqd.read()
             started = time.monotonic()
             s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
             read_answer(s)
             rtt = time.monotonic() - started
             ran1, queued1, slices1 = server.read_slices()
+            others_ran1 = others.ran_ms()
             own_ran1, waited1, _ = own.read_slices()
             (soft_ran1, soft_queued1), (soft0_ran1, soft0_queued1) = softirqd.read(), server_softirqd.read()
             samples.append((started, rtt, waited1 - waited, ran1 - ran0, queued1 - queued0, own_ran1 - own_ran,
                             slices1 - slices0, soft_ran1 - soft_ran0, soft_queued1 - soft_queued0,
-                            soft0_ran1 - soft0_ran0, soft0_queued1 - soft0_queued0))
+                            soft0_ran1 - soft0_ran0, soft0_queued1 - soft0_queued0,
+                            max(0.0, others_ran1 - others_ran0)))
             time.sleep(0.0005)
     except OSError:  # a server that stopped answering for 2 min: that wait is the last sample
-        samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0))
+        samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0))
     finally:
         server.close()
+        others.close()
         own.close()
         softirqd.close()
         server_softirqd.close()
@@ -454,7 +471,10 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     delivered, or the host); how many times the server's thread was put on a CPU meanwhile
     (``probe_max_server_slices``); and core 1's ksoftirqd's time on it and waiting for it
     (``probe_max_softirqd_ran_ms``, ``..._runqueue_ms``: a packet of the lookup's may wait there),
-    and core 0's (``probe_max_server_softirqd_ran_ms``, ``..._runqueue_ms``: where the answer's may).
+    and core 0's (``probe_max_server_softirqd_ran_ms``, ``..._runqueue_ms``: where the answer's may);
+    and the server's other threads' run time in it (``probe_max_server_others_ran_ms``: on the
+    server's one core, a thread of its pool or its log that holds the interpreter keeps the main
+    thread off it, neither running nor runnable: that part of the neither, or of the wait for the core).
     The server's run time is the kernel's as of its last tick (``procfs.parse_schedstat_slices``):
     within a tick (4 ms here) either way, so a wait of a few ms may show the reactor's turn as
     neither, or a tick more ran than the wait; server_turns.py times the turns themselves."""
@@ -463,7 +483,7 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     if not rtts:
         return {"probe_max_ms": None, "lookup_p50_ms": None, "lookup_p99_ms": None, "probe_runqueue_max_ms": None}
     pick = lambda q: round(rtts[min(len(rtts) - 1, int(q * len(rtts)))], 3)  # noqa: E731
-    longest, own_queued, ran, queued, own_ran, slices, soft_ran, soft_queued, *server_soft = max(inside)
+    longest, own_queued, ran, queued, own_ran, slices, soft_ran, soft_queued, *server_soft, others_ran = max(inside)
     return {"probe_max_ms": round(rtts[-1], 2), "lookup_p50_ms": pick(0.5), "lookup_p99_ms": pick(0.99),
             "probe_runqueue_max_ms": round(max(own for _, own, *_ in inside), 2),
             "probe_max_server_ran_ms": round(ran, 2), "probe_max_server_runqueue_ms": round(queued, 2),
@@ -472,6 +492,7 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
             "probe_max_softirqd_runqueue_ms": round(soft_queued, 2),
             **({"probe_max_server_softirqd_ran_ms": round(server_soft[0], 2),
                 "probe_max_server_softirqd_runqueue_ms": round(server_soft[1], 2)} if server_soft else {}),
+            "probe_max_server_others_ran_ms": round(others_ran, 2),
             "probe_max_neither_ms": round(longest * 1e3 - ran - queued - own_queued - own_ran, 2)}
 
 
@@ -630,6 +651,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             others: dict[str, float] = {}  # the machine's CPU that none of server, load and probe took
             steal: dict[str, float] = {}  # the host's: the server's core not run at all
             probe_cpu: dict[str, float] = {}  # the probe's, on the load's core ahead of it
+            wakeups: dict[str, tuple[int, int]] = {}  # the server's: its main thread's, all its threads'
+            faults: dict[str, int] = {}  # the server's page faults that waited for the disk
             trips: dict[str, list[float]] = {}  # each broker's round trips, sorted
             conns = [socket.create_connection((HOST, port)) for _ in tables]
             for conn in conns:
@@ -640,7 +663,7 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                 trips[phase] = sorted(send_all(conns, first, spread))
                 phases[phase] = (t0, time.monotonic())
                 load_cpu[phase], probe_cpu[phase], others[phase] = meter.ended()
-                steal[phase] = meter.steal_s
+                steal[phase], wakeups[phase], faults[phase] = meter.steal_s, meter.wakeups, meter.major_faults
                 cpu[phase] = await cpu_until_idle(server) - meter.server0
                 if phase == "first_registration":
                     clients = open_clients(port, step.clients)
@@ -658,7 +681,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
                 await asyncio.sleep(0.005)
             phases["mass_disconnect"] = (t0, time.monotonic())
             _, probe_cpu["mass_disconnect"], others["mass_disconnect"] = meter.ended()
-            steal["mass_disconnect"] = meter.steal_s
+            steal["mass_disconnect"], wakeups["mass_disconnect"] = meter.steal_s, meter.wakeups
+            faults["mass_disconnect"] = meter.major_faults
             cpu["mass_disconnect"] = await cpu_until_idle(server) - meter.server0
             await asyncio.sleep(0.3)
         finally:
@@ -681,6 +705,11 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
         out[f"{phase}_probe_cpu_s"] = round(probe_cpu[phase], 2)
         out[f"{phase}_others_cpu_s"] = round(max(0.0, others[phase]), 2)
         out[f"{phase}_server_core_steal_s"] = round(steal[phase], 2)
+        # over the phase's window (not until idle, as its CPU: the probe's lookups alone wake a reactor
+        # about a thousand times a second), beside the probe's lookups in it, each a wake-up at most
+        out[f"{phase}_server_wakeups"], out[f"{phase}_server_thread_wakeups"] = wakeups[phase]
+        out[f"{phase}_probe_lookups"] = sum(1 for sample in samples if t0 <= sample[0] <= t1)
+        out[f"{phase}_server_major_faults"] = faults[phase]  # each a sleep of a thread, neither running nor runnable
         if trips.get(phase):  # what each broker waited for its answers (a storm's time is its spread's)
             ordered = trips[phase]
             out[f"{phase}_rtt_p50_ms"] = round(ordered[len(ordered) // 2] * 1e3, 2)

@@ -39,6 +39,8 @@ class PidStat(NamedTuple):
     #: and its reaped children's
     minflt: int = 0
     cminflt: int = 0
+    #: page faults that waited for a read from disk (a page of its code or a file evicted meanwhile)
+    majflt: int = 0
 
     @property
     def own_ticks(self) -> int:
@@ -57,7 +59,7 @@ def parse_pid_stat(text: str) -> PidStat:
         raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
     fields = text[closed + 2 :].split()  # from the state, the stat's third field
     return PidStat(text[opened + 1 : closed], int(fields[1]), *(int(f) for f in fields[11:15]),
-                   int(fields[7]), int(fields[8]))
+                   int(fields[7]), int(fields[8]), int(fields[9]))
 
 
 def pid_stat(pid: int, proc: Path = PROC) -> PidStat | None:
@@ -72,6 +74,13 @@ def pid_cpu_s(pid: int, proc: Path = PROC) -> float:
     """User and system CPU seconds of one process so far (0 once it is gone)."""
     stat = pid_stat(pid, proc)
     return 0.0 if stat is None else stat.own_ticks / TICKS
+
+
+def pid_major_faults(pid: int, proc: Path = PROC) -> int:
+    """Page faults of one process so far that waited for a read from disk (0 once it is gone): its
+    thread sleeps meanwhile, neither running nor runnable."""
+    stat = pid_stat(pid, proc)
+    return 0 if stat is None else stat.majflt
 
 
 def descendants(pid: int, proc: Path = PROC) -> list[int]:
@@ -266,3 +275,59 @@ class Schedstat:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+class OtherThreads:
+    """The run time of a process's threads but its main one, each thread's ``schedstat`` kept open
+    (``Schedstat``): what another thread of the server ran while its main thread waited (one holding
+    the interpreter, a writer of the thread pool).  The threads are listed again at most every
+    ``relist`` seconds (a pool starts its threads as work comes): a thread started since is counted
+    from the next listing on, and a thread gone stops adding."""
+
+    def __init__(self, pid: int | None, relist: float = 0.1, proc: Path = PROC) -> None:
+        self.pid, self.relist, self.proc = pid, relist, proc
+        self.threads: dict[int, Schedstat] = {}
+        self._listed = -relist
+
+    def list_if_due(self, now: float) -> None:
+        """List the threads again when ``relist`` seconds have passed since (``now``: monotonic);
+        between two reads of one span, never: a thread listed then would add all its past run."""
+        if self.pid is None or now - self._listed < self.relist:
+            return
+        self._listed = now
+        try:
+            tids = {int(task.name) for task in (self.proc / str(self.pid) / "task").iterdir()} - {self.pid}
+        except (OSError, ValueError):
+            return
+        for tid in tids - self.threads.keys():
+            self.threads[tid] = Schedstat(self.proc / str(self.pid) / "task" / str(tid) / "schedstat")
+
+    def ran_ms(self) -> float:
+        """ms the threads listed have run so far."""
+        return sum(thread.read_ns()[0] for thread in self.threads.values()) / 1e6
+
+    def close(self) -> None:
+        for thread in self.threads.values():
+            thread.close()
+        self.threads.clear()
+
+
+def thread_switches(pid: int, proc: Path = PROC) -> tuple[int, int]:
+    """(switches of the main thread, of all the process's threads) that gave the CPU up waiting for
+    something (``voluntary_ctxt_switches``: each is a sleep, so a wake-up follows it); (0, 0) once it
+    is gone.  A reactor's main thread sleeps in epoll once a turn: its count is the reactor's wake-ups."""
+    main = every = 0
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return 0, 0
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError):
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    count = int(line.split()[1])
+                    every += count
+                    if task.name == str(pid):
+                        main = count
+                    break
+    return main, every

@@ -32,23 +32,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import curve  # noqa: E402  (tools/bench: the curve's tables, frames, sending and server child)
-from procfs import Schedstat  # noqa: E402
+from procfs import Schedstat, thread_switches  # noqa: E402
 
 #: how long after a sending the server's CPU is still counted for it (its last answers, its turns)
 SETTLE_SECONDS = 1.0
 
 
 def sending(conns: list[socket.socket], frames: list[list[bytes]], spread: float,
-            reactor: Schedstat) -> dict[str, float]:
+            reactor: Schedstat, pid: int) -> dict[str, float]:
     """Every broker's frames once, ``spread`` seconds apart in all (0: 8 in flight): the reactor
-    thread's CPU (ms) and times put on a CPU over it and SETTLE_SECONDS after, and its wall time (s)."""
+    thread's CPU (ms), times put on a CPU and wake-ups (its sleeps: the curve's ``server_wakeups``;
+    a preemption puts it on a CPU again without one) over it and SETTLE_SECONDS after, and its wall
+    time (s)."""
     ran0, _, slices0 = reactor.read_slices()
+    woken0 = thread_switches(pid)[0]
     began = time.monotonic()
     curve.send_all(conns, frames, spread or None)
     wall = time.monotonic() - began
     time.sleep(SETTLE_SECONDS)
     ran1, _, slices1 = reactor.read_slices()
-    return {"spread_s": spread, "wall_s": wall, "cpu_ms": ran1 - ran0, "slices": slices1 - slices0}
+    return {"spread_s": spread, "wall_s": wall, "cpu_ms": ran1 - ran0, "slices": slices1 - slices0,
+            "wakeups": thread_switches(pid)[0] - woken0}
 
 
 def main() -> None:
@@ -81,9 +85,10 @@ def main() -> None:
         time.sleep(SETTLE_SECONDS)
         print(f"{a.tree}: {a.step}, {len(tables):,} brokers' heartbeats (load {os.getloadavg()[0]:.1f})", flush=True)
         for spread in spreads:
-            got = sending(conns, frames, spread, reactor)
+            got = sending(conns, frames, spread, reactor, pid)
             how = f"over {spread:g} s" if spread else "8 in flight"
-            print(f"  {how:>12}: {got['cpu_ms']:7.1f} ms of the reactor's CPU, {got['slices']:5} times on a CPU, "
+            print(f"  {how:>12}: {got['cpu_ms']:7.1f} ms of the reactor's CPU, {got['slices']:5} times on a CPU "
+                  f"({got['wakeups']:5} woken), "
                   f"{got['cpu_ms'] * 1e3 / len(tables):6.1f} µs a heartbeat (wall {got['wall_s']:.2f} s, "
                   f"load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
