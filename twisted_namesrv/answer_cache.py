@@ -89,6 +89,9 @@ REPLY_OVERHEAD, HEAD_OVERHEAD = 200, 100
 #: header's end is the server's (one per variant in practice); past this, a new one keeps no frame, so
 #: a peer cannot make a topic's body be copied more than this many times
 MAX_RESTS_PER_TOPIC = 4
+#: what an answer end holds beside its bytes (its bytes object, its key, its place in ``rests``):
+#: counted into MAX_REPLIES_BYTES when it is made
+REST_OVERHEAD = 150
 
 #: the largest registration answer kept for its broker's connection (keep_renewal): one without
 #: the order topics' table is about 120 bytes; 5,000 brokers keep at most 5 MiB of them
@@ -103,7 +106,9 @@ class TopicAnswers:
     how the answer frames kept from them (``Reply.answers``) know not to be served.  ``rests``: the
     answer frames' ends, each an answer header's end after the opaque and a body, joined once, by
     (variant, that header end): every client's kept frame of the topic shares one (at most
-    MAX_RESTS_PER_TOPIC of them), so an answer from memory joins no header and body per call."""
+    MAX_RESTS_PER_TOPIC of them), so an answer from memory joins no header and body per call.
+    They exist for the kept frames only, so they count against the frames' MAX_REPLIES_BYTES
+    (``AnswerCache._keep_reply``) and go when the frames start over."""
 
     __slots__ = ("bodies", "rests", "stale")
 
@@ -128,8 +133,9 @@ class Reply:
     tail: int  #: the length of its header's end in ``rest``
 
     def weight(self) -> int:
-        """What it counts against MAX_REPLIES_BYTES (its ``rest`` is its topic's, counted nowhere;
-        its header's end is counted for each, as when each frame kept its own)."""
+        """What it counts against MAX_REPLIES_BYTES (its ``rest`` is its topic's, counted once when
+        made, ``AnswerCache._keep_reply``; its header's end is counted for each, as when each frame
+        kept its own)."""
         return len(self.after) + len(self.prefix) + self.tail + REPLY_OVERHEAD
 
 class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
@@ -256,6 +262,7 @@ class AnswerCache:
         answers = self.routes.pop(topic, None)
         if answers is not None:
             answers.stale = True  # the frames kept from them see it (replies_from_memory)
+            answers.bodies.clear()  # a stale frame holds its own answer end (counted), not the bodies too
 
     def config_changed(self) -> None:
         """NamesrvConfig's updates: everything may answer differently (a switch changed, or a limit
@@ -276,6 +283,15 @@ class AnswerCache:
         self.tables[BROKER].clear()
         self.replies.clear()
         self.replies_bytes = 0
+
+    def _replies_over(self) -> None:
+        """The kept frames start over (MAX_REPLIES_BYTES or MAX_REPLIES reached), and with them the
+        answer ends the kept topics made for them: counted with the frames, no frame holds them now."""
+        self.replies.clear()
+        self.replies_bytes = 0
+        for answers in self.routes.values():
+            if answers.rests:
+                answers.rests.clear()
 
     # -- route bodies ---------------------------------------------------------------------------
     def route(self, topic: str | None, variant: Hashable) -> bytes | None:
@@ -342,19 +358,23 @@ class AnswerCache:
         if opaque < 0 or frame[at:end] != digits or split < 0:
             return  # not as replies_from_memory reads it: always decoded
         head, tail = header[:split + _OPAQUE_AT], header[split + _OPAQUE_AT + len(digits):]
-        rest = answers.rests.get((variant, tail))
-        if rest is None:
-            if len(answers.rests) >= MAX_RESTS_PER_TOPIC:
-                return  # (the topic's bodies stay kept: it is answered from them)
-            rest = answers.rests[variant, tail] = tail + body
+        made = len(tail) + len(body) + REST_OVERHEAD  # a new answer end's weight
+        if (variant, tail) not in answers.rests and len(answers.rests) >= MAX_RESTS_PER_TOPIC:
+            return  # (the topic's bodies stay kept: it is answered from them)
         header_length = len(head) + len(digits) + len(tail)
         prefix = _PREFIX.pack(4 + header_length + len(body), (SerializeType.JSON << 24) | header_length) + head
         after = frame[end:]
-        reply = Reply(len(digits) + len(after), after, len(digits), answers, prefix, rest, len(tail))
-        adding = reply.weight() + at + HEAD_OVERHEAD  # (at most: its request's start may be kept already)
+        weight = len(after) + len(prefix) + len(tail) + REPLY_OVERHEAD  # (Reply.weight)
+        adding = weight + at + HEAD_OVERHEAD + made  # (at most: its request's start, its end may be kept already)
+        if adding > MAX_REPLIES_BYTES:
+            return  # more than the whole budget: answered from the bodies, never kept
         if len(self.replies) >= MAX_REPLIES or self.replies_bytes + adding > MAX_REPLIES_BYTES:
-            self.replies.clear()
-            self.replies_bytes = 0
+            self._replies_over()
+        rest = answers.rests.get((variant, tail))
+        if rest is None:
+            rest = answers.rests[variant, tail] = tail + body
+            self.replies_bytes += made  # counted while any frame may hold it: until the frames start over
+        reply = Reply(len(digits) + len(after), after, len(digits), answers, prefix, rest, len(tail))
         kept = self.replies.get(frame[:at])
         if kept is None:
             kept = self.replies[frame[:at]] = []
