@@ -218,6 +218,11 @@ ARGS: dict[str, list[str]] = {
                     "goes a minute without a packet) while bursts of UDP datagrams to port 9999 filled its buffer: "
                     "the brokers' requests in the pauses were dropped, more than 120 s of a connection's bytes "
                     "(silences: missed); the NameServer's log has no expiry"),
+    # no NameServer at all: no server's log, the steps file and the packets are the witnesses
+    "http9876": ["none", "9876", "--served-log", "http.log", "--note", "No RocketMQ: python3 -m http.server 9876 "
+                 "--bind 127.0.0.1 on the NameServer's port, asked GET / 20 times, one connection each (steps); "
+                 "http.log is its access log (20 requests, each answered 200). Nothing on the port speaks "
+                 "RocketMQ remoting: no NameServer, its connections unread (HTTP), the port a web server's"],
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
                    "(python -m twisted_namesrv --compat 5.3.3 --tls-mode enforcing), its clients this project's "
