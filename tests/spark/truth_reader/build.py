@@ -9,6 +9,7 @@ DIR); a missing corroboration is printed as PROBLEM and must be looked at by han
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
 import statistics
@@ -72,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ring", nargs=2, action="append", default=[], metavar=("OLDEST_FILE", "OVERWRITTEN"))
     ap.add_argument("--clock-ahead", type=float, default=None, metavar="SECONDS",
                     help="how far the second point's clock reads ahead of the first's, as the files were made")
+    # a file whose clock was stepped as it was made (editcap -t SECONDS on its packets from AT, UTC, joined
+    # after the others with mergecap -a): the truth is built on the true times (those the log has), then
+    # told in the times the file stamps (clock_steps; a stay whose end's silence reaches into the times
+    # stamped twice is across_clock_step)
+    ap.add_argument("--clock-step", nargs=3, default=None, metavar=("FILE", "AT", "SECONDS"))
     return ap
 
 
@@ -92,9 +98,13 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     points: dict[bool, list] = {False: [], True: []}  # second capture point or not -> its packets
     pairs_in: dict[str, set[frozenset[str]]] = {}  # file -> the address pairs it holds
     seen_until: dict[bool, dict[str, float]] = {False: {}, True: {}}  # endpoint -> end of its last file
+    steps_made: list[dict] = []
     for f in a.files:
         second = f in a.second_point
         part = read_pcap(d / f)
+        if a.clock_step and f == a.clock_step[0]:
+            part, made = unstepped(part, float(a.clock_step[2]))
+            steps_made.append({"file": f, **made})
         points[second] += part
         pairs_in[f] = {frozenset((src, dst)) for _t, src, dst, *_rest in part}
         if part:
@@ -489,7 +499,61 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         truth["rings"] = [{"oldest_kept": oldest, "overwritten": int(count)} for oldest, count in a.ring]
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
+    if a.clock_step:
+        truth = as_stamped(truth, stays, steps_made, _utc(a.clock_step[1]), float(a.clock_step[2]))
     return _times(truth), problems
+
+
+def _utc(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+#: a step back in a file's times (in file order) larger than this is the clock's, not packets reordered
+STEP_BACK_S = 5.0
+
+
+def unstepped(part: list, seconds: float) -> tuple[list, dict]:
+    """A file's packets in file order, those from its first step back of its times on given their
+    true times back (their stamps less ``seconds``, the step as it was made), and the step as the
+    file stamps it: ``at`` the latest stamp before it, ``to`` the first after, ``seconds`` between."""
+    latest = float("-inf")
+    for i, (t, *_rest) in enumerate(part):
+        if t < latest - STEP_BACK_S:
+            made = {"at": latest, "to": t, "seconds": round(latest - t, 6), "shift_s": seconds}
+            return part[:i] + [(t - seconds, *rest) for t, *rest in part[i:]], made
+        latest = max(latest, t)
+    raise ValueError("--clock-step: no step back in the file's times")
+
+
+def as_stamped(truth: dict, stays: list[dict], made: list[dict], at: float, seconds: float) -> dict:
+    """The truth (built on true times) in the times the stepped file stamps: every time from ``at`` on
+    moved by ``seconds`` (durations stay true); ``clock_steps`` says the step; a stay whose end's silence
+    (its last heartbeat to its close, as stamped) reaches into the times stamped twice (from the step's
+    ``to`` to its ``at``) is ``across_clock_step``: its silence cannot be known from the stamps."""
+    def stamped(t: float) -> float:
+        return t + seconds if t >= at else t
+
+    def moved(x):
+        if isinstance(x, dict):
+            return {k: (stamped(v) if k in TIME_KEYS and isinstance(v, float) else moved(v)) for k, v in x.items()}
+        if isinstance(x, list):
+            return [moved(v) for v in x]
+        return x
+
+    out = moved(truth)
+    for step in made:
+        for st, told in zip(stays, out["stays"], strict=True):
+            if st["end"] not in ("expired", "connection_closed") or st["ended_at"] is None:
+                continue
+            beats = [t for c in st["_conns"] for t, h in c.frames("c")
+                     if t is not None and t <= st["ended_at"] and h.get("code") in HEARTBEATS]
+            since, until = stamped(max(beats, default=st["registered"])), stamped(st["ended_at"])
+            if since <= step["at"] and until >= step["to"]:
+                told["across_clock_step"] = True
+    out["clock_steps"] = [{"file": m["file"], "at": m["at"], "to": iso(m["to"]), "seconds": m["seconds"],
+                           "made": f"editcap -t {m['shift_s']:g} on its packets from {iso(at)}, mergecap -a"}
+                          for m in made]
+    return out
 
 
 def unread_connections(conns, namesrvs: list[str]) -> list[dict]:
