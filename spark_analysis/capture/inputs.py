@@ -371,7 +371,10 @@ def expand_local(pattern: str, skipped: list[str] | None = None) -> list[tuple[s
     found = []
     for match in matches:
         if os.path.isdir(match):
-            for root, dirs, names in os.walk(match):
+            def unlisted(error: OSError) -> None:  # a directory under it not readable: named, not passed over
+                skip(str(error.filename), f"cannot be listed: {error.strerror}")
+
+            for root, dirs, names in os.walk(match, onerror=unlisted):
                 if root != match and all(name in names for name in REPORT_FILES):
                     dirs[:] = []
                     skip(root, "an earlier report's output")

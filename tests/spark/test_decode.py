@@ -651,7 +651,8 @@ def test_names_not_utf8_or_odd_are_read_and_unreadable_files_skipped_and_named()
     """A name of bytes that are no UTF-8 (``ns-\\xff.pcap``), one holding a newline or ESC, one starting
     with '-' or holding a space, one of 255 bytes: each a file like any other. A file that cannot
     be read (mode 000) failed its reading task and Spark stopped the run; a symbolic link to nothing
-    was passed over in silence: both are skipped and named now, the others read."""
+    was passed over in silence, and so was a directory that cannot be listed: each is skipped and
+    named now, the others read."""
     with tempfile.TemporaryDirectory() as where:  # not tmp_path: nobody may not pass pytest's 0700 directory
         os.chmod(where, 0o755)
         _odd_names_read(Path(where))
@@ -667,6 +668,9 @@ def _odd_names_read(tmp_path: Path) -> None:
     locked.write_bytes(b"secret")
     locked.chmod(0)
     (tmp_path / "dangling.pcap").symlink_to("gone.pcap")
+    (tmp_path / "shut").mkdir()
+    (tmp_path / "shut" / "inside.pcap").write_bytes(b"x")
+    (tmp_path / "shut").chmod(0)
 
     def listed() -> tuple[list[tuple[str, int]], list[str]]:
         skipped: list[str] = []
@@ -677,7 +681,9 @@ def _odd_names_read(tmp_path: Path) -> None:
     assert sorted((os.fsencode(Path(path).name), size) for path, size in found) == sorted(
         (name, n + 1) for n, name in enumerate(names))
     assert skipped == [f"{tmp_path / 'dangling.pcap'} (a symbolic link to gone.pcap, which does not exist)",
+                       f"{tmp_path / 'shut'} (cannot be listed: Permission denied)",
                        f"{locked} (cannot be read: Permission denied)"]
+    (tmp_path / "shut").chmod(0o755)  # (for the temporary directory's removal)
     given_alone = _as_nobody(lambda: check_arguments([str(locked)], None, False))
     assert given_alone == f"{locked} (cannot be read: Permission denied)"
     odd = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"ns-\x1b[31m\xff"))
