@@ -24,7 +24,14 @@ if _missing := [name for name in _SPARK_EXTRA if importlib.util.find_spec(name) 
              f"the spark extra (tools/setup-env.sh --spark, or pip install '.[spark]')")
 
 from spark_analysis.analysis.findings import NO_NAMESERVER_FOUND  # noqa: E402
-from spark_analysis.capture.inputs import READ_ANYWAY, expand_local, is_local, local_path, special_kind  # noqa: E402
+from spark_analysis.capture.inputs import (  # noqa: E402
+    READ_ANYWAY,
+    expand_local,
+    is_local,
+    local_path,
+    shown_name,
+    special_kind,
+)
 
 #: exit status when no input is a capture (2: the command line was wrong)
 NO_CAPTURE = 3
@@ -160,16 +167,22 @@ def check_arguments(inputs: list[str], out: str | None, overwrite: bool) -> str 
     for given in inputs:
         if is_local(given):
             path = local_path(given)
-            if not expand_local(path):
+            skipped: list[str] = []
+            if not expand_local(path, skipped):
+                given = shown_name(given)  # said on a terminal: a name's ESC or newline shown, not obeyed
                 if not glob.has_magic(path) and os.path.islink(path) and not os.path.exists(path):
-                    return f"{given} is a symbolic link to {os.readlink(path)}, which does not exist"
+                    return f"{given} is a symbolic link to {shown_name(os.readlink(path))}, which does not exist"
                 if not (glob.glob(path) if glob.has_magic(path) else os.path.exists(path)):
                     return f"no such file or directory: {given}"
                 kind = special_kind(path)
                 if kind:
                     return (f"{given} is {kind}, not a file: the report reads captures by byte ranges (save it to a "
                             "file first; a .gz, .bz2 or .xz capture is read as it is)")
-                return f"no files in {given} (names starting with . or _, and earlier reports' outputs, are skipped)"
+                if os.path.isfile(path) and skipped:
+                    return shown_name(skipped[0])  # "PATH (cannot be read: Permission denied)"
+                return (f"no files in {given} (names starting with . or _, and earlier reports' outputs, are skipped"
+                        + "".join(f"; {shown_name(why)}" for why in skipped[:3])
+                        + (f"; {len(skipped) - 3} more skipped" if len(skipped) > 3 else "") + ")")
     if out is None or not is_local(out):
         return None
     path = local_path(out)

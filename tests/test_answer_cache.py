@@ -517,6 +517,66 @@ def test_the_kept_answer_frames_are_bounded_in_bytes(tmp_path, monkeypatch) -> N
     assert not answers.replies  # answered, not kept
 
 
+def held_by_kept_frames(answers) -> int:
+    """held_by_replies, and what their stale topics hold for them alone: a frame kept from a topic
+    dropped since holds that topic's bodies and answer ends until it is served or starts over."""
+    live = {id(kept) for kept in answers.routes.values()}
+    stale, held = {}, held_by_replies(answers)
+    for replies in answers.replies.values():
+        for reply in replies:
+            if id(reply.answers) not in live:
+                stale[id(reply.answers)] = reply.answers
+    rests = {id(reply.rest) for replies in answers.replies.values() for reply in replies}
+    for topic in stale.values():
+        held += sum(len(body) for body in topic.bodies.values())
+        held += sum(len(rest) for rest in topic.rests.values() if id(rest) not in rests)
+    return held
+
+
+def test_answer_ends_made_anew_as_a_route_changes_count_against_the_budget(tmp_path, monkeypatch) -> None:
+    """A topic's answer end (its answer header's end and its route body, joined: TopicAnswers.rests)
+    was counted nowhere: shared by every frame kept of the topic, it was taken to be bounded by the
+    tables.  But each time the route changes (any registration touching the topic) the next lookup
+    makes a new one, and every frame kept before holds its old one, and its old bodies, until it
+    is served again: 300 distinct lookups of a 9 KB route, each after a change, held 300 ends of 9
+    KB past a budget of 1 MiB (5.7 MB at most).  Now each end counts when it is made, a dropped topic
+    lets its bodies go, and what the frames hold stays within MAX_REPLIES_BYTES."""
+    from twisted_namesrv import answer_cache
+
+    monkeypatch.setattr(answer_cache, "MAX_REPLIES_BYTES", 1 << 20, raising=False)
+    protocol, transport, _ = connection(tmp_path, "kept", "4.9.8", keep=True)
+    reference, reference_transport, _ = connection(tmp_path, "reference", "4.9.8", keep=False)
+
+    def register(group: int, version: int, queues: int) -> None:
+        body = encode_register_body(RegisterBrokerBody(DataVersion(1, version),
+                                                       {"T0": TopicConfig("T0", queues, queues, 6)}), False, False)
+        for peer in (protocol, reference):
+            send(peer, RequestCode.REGISTER_BROKER, {"brokerName": f"g{group}", "brokerAddr": f"127.0.0.1:{group}",
+                                                     "clusterName": "c", "haServerAddr": "h", "brokerId": "0"}, body)
+
+    for group in range(60):  # T0 on 60 groups: a route body of about 9 KB
+        register(group, 1, 4)
+    answers = protocol.factory.dispatcher.state.answers
+
+    def both(ext: dict[str, str], opaque: int) -> bytes:
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, opaque=opaque, version=409)
+        transport.clear()
+        reference_transport.clear()
+        protocol.dataReceived(request.encode())
+        reference.dataReceived(request.encode())
+        assert transport.value() == reference_transport.value()
+        return transport.value()
+
+    most = 0
+    for n in range(300):
+        register(0, 2 + n, 4 + n % 2)  # the route changes: T0's kept bodies and end are dropped
+        assert len(both({"topic": "T0", "x": str(n)}, 10 + n)) > 9_000
+        both({"topic": "T0", "x": str(n)}, 1000 + n)  # from memory
+        most = max(most, held_by_kept_frames(answers))
+    assert most <= 1 << 20
+    assert answers.replies  # kept all along, started over when full
+
+
 def test_every_clients_kept_frame_of_a_topic_shares_one_answer_end(tmp_path, monkeypatch) -> None:
     """A kept frame's end (its header after the opaque and its body) is joined once per topic and
     variant, and shared by every client's kept frame of it: a pipelined read of lookups joined the
@@ -569,11 +629,11 @@ def test_every_clients_kept_frame_of_a_topic_shares_one_answer_end(tmp_path, mon
 
 
 def held_by_routes(answers) -> int:
-    """The bytes of every kept route body and rest, and of the rests the kept frames still hold
-    (a frame of a dropped topic keeps its rest until it is met or the frames start over)."""
-    pieces = {id(piece): len(piece) for kept in answers.routes.values()
-              for piece in (*kept.bodies.values(), *kept.rests.values())}
-    pieces.update((id(reply.rest), len(reply.rest)) for kept in answers.replies.values() for reply in kept)
+    """The bytes of every route body held: the kept topics', and those the kept frames still reach
+    (a frame of a dropped topic keeps only its rest, which counts against MAX_REPLIES_BYTES)."""
+    pieces = {id(piece): len(piece) for kept in answers.routes.values() for piece in kept.bodies.values()}
+    pieces.update((id(piece), len(piece)) for kept in answers.replies.values() for reply in kept
+                  for piece in reply.answers.bodies.values())
     return sum(pieces.values())
 
 

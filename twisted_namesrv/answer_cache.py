@@ -89,16 +89,20 @@ REPLY_OVERHEAD, HEAD_OVERHEAD = 200, 100
 #: header's end is the server's (one per variant in practice); past this, a new one keeps no frame, so
 #: a peer cannot make a topic's body be copied more than this many times
 MAX_RESTS_PER_TOPIC = 4
+#: what an answer end holds beside its bytes (its bytes object, its key, its place in ``rests``):
+#: counted into MAX_REPLIES_BYTES when it is made
+REST_OVERHEAD = 150
 
-#: the bytes the kept route bodies may hold, and the answer frames' ends joined of them (``rests``),
-#: past which they start over: a body names every group serving its topic (about 200 bytes each),
-#: kept per topic and variant, so any peer that may register many groups on the same topics and
-#: looks each topic up in both variants makes it hold far more than the tables (500 groups on 2,000
-#: topics, 26 MB of tables, kept 780 MB; at maxTopicQueueEntries about 6 GB); 256 MiB holds the
-#: bodies of about 300,000 topics on two groups, in both variants
+#: the bytes the kept route bodies may hold, past which they start over (the answer frames' ends
+#: joined of them, ``rests``, count against MAX_REPLIES_BYTES with the frames that hold them): a
+#: body names every group serving its topic (about 200 bytes each), kept per topic and variant, so
+#: any peer that may register many groups on the same topics and looks each topic up in both
+#: variants makes it hold far more than the tables (500 groups on 2,000 topics, 26 MB of tables,
+#: kept 780 MB; at maxTopicQueueEntries about 6 GB); 256 MiB holds the bodies of about 300,000
+#: topics on two groups, in both variants
 MAX_ROUTES_BYTES = 256 << 20
 #: what a kept topic holds beside its bodies (its TopicAnswers, its dicts, its place in ``routes``),
-#: and a body or a rest beside its bytes: counted into MAX_ROUTES_BYTES
+#: and a body beside its bytes: counted into MAX_ROUTES_BYTES
 TOPIC_OVERHEAD, PIECE_OVERHEAD = 600, 100
 
 #: the bytes the kept GET_TOPICS_BY_CLUSTER lists may hold together, past which they start over: a
@@ -122,7 +126,9 @@ class TopicAnswers:
     how the answer frames kept from them (``Reply.answers``) know not to be served.  ``rests``: the
     answer frames' ends, each an answer header's end after the opaque and a body, joined once, by
     (variant, that header end): every client's kept frame of the topic shares one (at most
-    MAX_RESTS_PER_TOPIC of them), so an answer from memory joins no header and body per call."""
+    MAX_RESTS_PER_TOPIC of them), so an answer from memory joins no header and body per call.
+    They exist for the kept frames only, so they count against the frames' MAX_REPLIES_BYTES
+    (``AnswerCache._keep_reply``) and go when the frames start over."""
 
     __slots__ = ("bodies", "rests", "stale", "size")
 
@@ -149,8 +155,9 @@ class Reply:
     tail: int  #: the length of its header's end in ``rest``
 
     def weight(self) -> int:
-        """What it counts against MAX_REPLIES_BYTES (its ``rest`` is its topic's, counted nowhere;
-        its header's end is counted for each, as when each frame kept its own)."""
+        """What it counts against MAX_REPLIES_BYTES (its ``rest`` is its topic's, counted once when
+        made, ``AnswerCache._keep_reply``; its header's end is counted for each, as when each frame
+        kept its own)."""
         return len(self.after) + len(self.prefix) + self.tail + REPLY_OVERHEAD
 
 class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
@@ -286,6 +293,7 @@ class AnswerCache:
         if answers is not None:
             answers.stale = True  # the frames kept from them see it (replies_from_memory)
             self.routes_bytes -= answers.size
+            answers.bodies.clear()  # a stale frame holds its own answer end (counted), not the bodies too
 
     def config_changed(self) -> None:
         """NamesrvConfig's updates: everything may answer differently (a switch changed, or a limit
@@ -312,6 +320,15 @@ class AnswerCache:
         self.routes_bytes = 0
         self.replies.clear()
         self.replies_bytes = 0
+
+    def _replies_over(self) -> None:
+        """The kept frames start over (MAX_REPLIES_BYTES or MAX_REPLIES reached), and with them the
+        answer ends the kept topics made for them: counted with the frames, no frame holds them now."""
+        self.replies.clear()
+        self.replies_bytes = 0
+        for answers in self.routes.values():
+            if answers.rests:
+                answers.rests.clear()
 
     # -- route bodies ---------------------------------------------------------------------------
     def route(self, topic: str | None, variant: Hashable) -> bytes | None:
@@ -405,22 +422,23 @@ class AnswerCache:
         if opaque < 0 or frame[at:end] != digits or split < 0:
             return  # not as replies_from_memory reads it: always decoded
         head, tail = header[:split + _OPAQUE_AT], header[split + _OPAQUE_AT + len(digits):]
-        rest = answers.rests.get((variant, tail))
-        if rest is None:
-            adding = len(tail) + len(body) + PIECE_OVERHEAD
-            if len(answers.rests) >= MAX_RESTS_PER_TOPIC or self.routes_bytes + adding > MAX_ROUTES_BYTES:
-                return  # (the topic's bodies stay kept: it is answered from them)
-            rest = answers.rests[variant, tail] = tail + body
-            answers.size += adding
-            self.routes_bytes += adding
+        made = len(tail) + len(body) + REST_OVERHEAD  # a new answer end's weight
+        if (variant, tail) not in answers.rests and len(answers.rests) >= MAX_RESTS_PER_TOPIC:
+            return  # (the topic's bodies stay kept: it is answered from them)
         header_length = len(head) + len(digits) + len(tail)
         prefix = _PREFIX.pack(4 + header_length + len(body), (SerializeType.JSON << 24) | header_length) + head
         after = frame[end:]
-        reply = Reply(len(digits) + len(after), after, len(digits), answers, prefix, rest, len(tail))
-        adding = reply.weight() + at + HEAD_OVERHEAD  # (at most: its request's start may be kept already)
+        weight = len(after) + len(prefix) + len(tail) + REPLY_OVERHEAD  # (Reply.weight)
+        adding = weight + at + HEAD_OVERHEAD + made  # (at most: its request's start, its end may be kept already)
+        if adding > MAX_REPLIES_BYTES:
+            return  # more than the whole budget: answered from the bodies, never kept
         if len(self.replies) >= MAX_REPLIES or self.replies_bytes + adding > MAX_REPLIES_BYTES:
-            self.replies.clear()
-            self.replies_bytes = 0
+            self._replies_over()
+        rest = answers.rests.get((variant, tail))
+        if rest is None:
+            rest = answers.rests[variant, tail] = tail + body
+            self.replies_bytes += made  # counted while any frame may hold it: until the frames start over
+        reply = Reply(len(digits) + len(after), after, len(digits), answers, prefix, rest, len(tail))
         kept = self.replies.get(frame[:at])
         if kept is None:
             kept = self.replies[frame[:at]] = []

@@ -51,6 +51,7 @@ from spark_analysis.capture.records import (
     iter_records,
     parse_pcap_header,
 )
+from twisted_namesrv.escapes import escaped
 
 #: of remote files read whole, what a decoding task holds at most (their payloads are in its pieces)
 MAX_SPLIT_BYTES = 256 << 20
@@ -234,6 +235,17 @@ def local_path(path: str) -> str:
     return urlparse(path).path if path.startswith("file:") else path
 
 
+def shown_name(path: str) -> str:
+    """An input's name as the tables, brokers.csv and the page show it: every control character and
+    every byte of the name that is not UTF-8 as an escape (escapes.py: ``ns-\\xff.pcap``, whose byte
+    Python holds as the lone surrogate U+DCFF, shows as ``ns-\\udcff.pcap``; a newline as ``\\n``,
+    ESC as ``\\x1b``). Linux names are bytes, and Arrow's and Parquet's text is UTF-8: such a name
+    stopped the run (UnicodeEncodeError). summary.json keeps the name exact (json.dumps writes the
+    surrogate as ``\\udcff``: ``os.fsencode(json.load(...)["inputs"]["files"][n]["path"])`` gives the
+    name's bytes back)."""
+    return escaped(path)
+
+
 #: what a report writes at its output's top (spark/job.py): a directory holding both, met while a
 #: directory is walked, is an earlier report's output, skipped (its Parquet and CSV files are not
 #: captures: a report written next to its captures, then run again, said "34 bad input files")
@@ -359,7 +371,10 @@ def expand_local(pattern: str, skipped: list[str] | None = None) -> list[tuple[s
     found = []
     for match in matches:
         if os.path.isdir(match):
-            for root, dirs, names in os.walk(match):
+            def unlisted(error: OSError) -> None:  # a directory under it not readable: named, not passed over
+                skip(str(error.filename), f"cannot be listed: {error.strerror}")
+
+            for root, dirs, names in os.walk(match, onerror=unlisted):
                 if root != match and all(name in names for name in REPORT_FILES):
                     dirs[:] = []
                     skip(root, "an earlier report's output")
@@ -372,9 +387,33 @@ def expand_local(pattern: str, skipped: list[str] | None = None) -> list[tuple[s
                         skip(path, kind)
                     elif os.path.isfile(path):
                         found.append(path)
+                    elif os.path.islink(path) and not os.path.exists(path):
+                        skip(path, f"a symbolic link to {os.readlink(path)}, which does not exist")
         elif os.path.isfile(match):
             found.append(match)
-    return [(path, os.path.getsize(path)) for path in found]
+    sized = []
+    for path in found:
+        size = readable_size(path)
+        if isinstance(size, int):
+            sized.append((path, size))
+        else:
+            skip(path, size)
+    return sized
+
+
+def readable_size(path: str) -> int | str:
+    """A local file's size, opening it as a task will, or why it cannot be read ("cannot be read:
+    Permission denied"; a file removed since it was listed). A file not readable failed its task,
+    and Spark stopped the whole run after four tries with a Java stack trace; now it is skipped and
+    named, the others read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        return f"cannot be read: {error.strerror}"
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def special_kind(path: str) -> str | None:
@@ -497,7 +536,7 @@ _START = RecordIndex._fields.index("start")
 
 def spool_target(file: CaptureFile, spool: str) -> str:
     """Where inflated_copy inflates a local compressed capture: the path its pieces carry."""
-    return os.path.join(spool, f"{file.index}-{os.path.basename(file.path)}.pcap")
+    return os.path.join(spool, f"{file.index}.pcap")  # not the file's name: one of 255 bytes was one too long
 
 
 def inflated_copy(file: CaptureFile, tally: ReadTally, spool: str) -> str | None:

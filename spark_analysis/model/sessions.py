@@ -23,6 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_analysis.capture.inputs import shown_name
+
 #: (first, last, path) of each input file with records, in time order
 FileSpans = tuple[tuple[float, float, str], ...]
 
@@ -126,7 +128,7 @@ LISTED_FILES = 8
 def files_within(files: FileSpans, first: float, last: float) -> str:
     """The input files whose records span some of [first, last], space-separated; more than
     LISTED_FILES, the first and the last of them: ``FIRST ... LAST (N files)``."""
-    within = [path for start, end, path in files if start <= last and end >= first]
+    within = [shown_name(path) for start, end, path in files if start <= last and end >= first]
     if len(within) <= LISTED_FILES:
         return " ".join(within)
     return f"{within[0]} ... {within[-1]} ({len(within)} files)"
@@ -139,7 +141,7 @@ class Places:
 
     def __init__(self, files: FileSpans, sessions: Sessions) -> None:
         self._files = files
-        paths: list[str | None] = [path for _, _, path in files] or [None]
+        paths: list[str | None] = [shown_name(path) for _, _, path in files] or [None]
         self._paths = pa.array(paths, pa.string())
         self._sessions = sessions
         self._by_server: dict[str, tuple[np.ndarray, np.ndarray]] = {}

@@ -55,7 +55,7 @@ from spark_analysis.analysis.controller import controller_story, with_controller
 from spark_analysis.analysis.findings import endpoint_rows
 from spark_analysis.analysis.liveness import Liveness
 from spark_analysis.capture import inputs
-from spark_analysis.capture.inputs import CaptureFile, ConnectionKey, Piece, Split
+from spark_analysis.capture.inputs import CaptureFile, ConnectionKey, Piece, Split, shown_name
 from spark_analysis.capture.packets import Ports
 from spark_analysis.capture.reassembly import Servers
 from spark_analysis.decode import schema
@@ -95,9 +95,11 @@ from spark_analysis.output.brokers import brokers_csv, clients_csv
 from spark_analysis.spark import balance, worker
 from spark_analysis.spark.liveness_stage import LIVENESS, Beside, beside_replay, broker_liveness, liveness_tasks
 from spark_analysis.spark.struct_types import DECODED
+from twisted_namesrv.escapes import escaped
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
-                     StructField("path", StringType(), False), StructField("rows", BinaryType(), False),
+                     # the file's name as the file system has it: not always UTF-8 (os.fsencode)
+                     StructField("path", BinaryType(), False), StructField("rows", BinaryType(), False),
                      StructField("payload", BinaryType(), True), StructField("tally", BinaryType(), True),
                      # where a local master's reading task kept the piece's rows and payload (KeptPieces)
                      StructField("kept", StringType(), True), StructField("kept_at", LongType(), True),
@@ -163,7 +165,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     tasks = inputs.plan_tasks(local + spooled, size)
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
-             f"remote files read whole" + (f"; skipped {', '.join(skipped)}" if skipped else ""))
+             f"remote files read whole" + (f"; skipped {', '.join(map(shown_name, skipped))}" if skipped else ""))
 
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
@@ -185,21 +187,22 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     cut = [f for f in file_rows if f["cut_records"]]
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
              f"{_on_ports(ports)}" + "".join(
-                 f"\n      {f['path']}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
+                 f"\n      {shown_name(f['path'])}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
-             + "".join(f"\n      {item['message']}" for item in dropped)
-             + "".join(f"\n      {f['path']}: {findings.problem_text(f)}"
+             + "".join(f"\n      {escaped(item['message'])}" for item in dropped)
+             + "".join(f"\n      {shown_name(f['path'])}: {findings.problem_text(f)}"
                        + (f": {still[f['path']]}" if f["path"] in still else "") for f in file_rows
                        if f["problem"] and not findings.quiet_file(f))
              + _quiet_files([f["path"] for f in file_rows if findings.quiet_file(f)])
-             + "".join(f"\n      {path}: {len(times) + 1} captures in one file: nothing captured " + ", ".join(
-                 f"{after - before:,.0f} s from {iso_time(before)} to {iso_time(after)}" for before, after in times)
-                 + " (no connection carries on over it)" for path, times in parts.not_captured().items()))
+             + "".join(f"\n      {shown_name(path)}: {len(times) + 1} captures in one file: nothing captured "
+                       + ", ".join(f"{after - before:,.0f} s from {iso_time(before)} to {iso_time(after)}"
+                                   for before, after in times)
+                       + " (no connection carries on over it)" for path, times in parts.not_captured().items()))
     captures = rotated_sets(parts.spans, parts.ends, {name: read.files[path].link_type
                                                       for name, path in parts.paths.items()})
     missing = findings.missing_files(captures)
     for item in missing:
-        progress(item["message"])
+        progress(escaped(item["message"]))  # messages name files: a name's ESC or newline shown, not obeyed
     sources = {f.path: inputs.spool_target(f, spool) for f in spooled if spool is not None}  # the pieces' paths
     by_path, ends, left_out, copies = _one_copy_each(parts, captures, progress, sources)
     findings.note_cut_read_elsewhere(file_rows, cut_read_elsewhere(parts, by_path))
@@ -298,7 +301,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     write_bytes(spark, f"{out}/{inputs.SUMMARY_FILE}", json.dumps(summary, indent=1).encode())
     found = summary["findings"]
     progress(f"wrote brokers.csv ({len(registered)} brokers) and summary.json: {summary['attention']}" + "".join(
-        f"\n      {finding['severity']}: {finding['message']}" for finding in found[:10])
+        f"\n      {finding['severity']}: {escaped(finding['message'])}" for finding in found[:10])
         + (f"\n      ... {len(found) - 10} more" if len(found) > 10 else ""))
     if report:
         from spark_analysis.output.report import write_report  # plotly only when a report is wanted
@@ -360,7 +363,7 @@ def _one_copy_each(parts: FileParts, captures: list[Capture], progress: Callable
     left_out = frozenset((sources.get(parts.path(name), parts.path(name)), key) for name, key in left_out)
     told = findings.second_points(points) + findings.translated_copies(translated)
     for item in told:
-        progress(item["message"])
+        progress(escaped(item["message"]))
     return by_path, translated.without(ends), left_out, told
 
 
@@ -513,8 +516,9 @@ def _piece_batch(pieces: list[Piece], tally: bytes | None = None,
                  where: list[tuple[str, int, int] | None] | None = None) -> pa.RecordBatch:
     lower, higher = zip(*(piece.ends for piece in pieces), strict=True)
     kept, at, length = zip(*where, strict=True) if where else ([None] * len(pieces),) * 3
-    columns = (lower, higher, [p.path for p in pieces], [p.rows for p in pieces], [p.payload for p in pieces],
-               [tally] * len(pieces), kept, at, length)
+    paths = [os.fsencode(p.path) for p in pieces]
+    columns = (lower, higher, paths, [p.rows for p in pieces], [p.payload for p in pieces], [tally] * len(pieces), kept,
+               at, length)
     return pa.RecordBatch.from_arrays([pa.array(column, type=field.type) for column, field in
                                        zip(columns, _ARROW_PIECES, strict=True)], schema=_ARROW_PIECES)
 
@@ -721,6 +725,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     for batch in batches:
         for lower, higher, path, rows, payload, kept_in, kept_at, kept_len in zip(
                 *(column.to_pylist() for column in batch.columns), strict=True):
+            path = os.fsdecode(path)
             if not left_out or (path, (lower, higher)) not in left_out:
                 if kept_in is not None:
                     rows, payload = kept.read(kept_in, kept_at, kept_len)
@@ -890,7 +895,7 @@ def _on_ports(ports: Ports) -> str:
 
 def _quiet_files(paths: list[str]) -> str:
     """A rotation's files of quiet times, in one line, as their finding says them (findings.quiet_files)."""
-    return f"\n      {findings.quiet_files(paths)}" if paths else ""
+    return f"\n      {shown_name(findings.quiet_files(paths))}" if paths else ""
 
 
 def _mib(count: int) -> str:

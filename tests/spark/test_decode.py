@@ -7,11 +7,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
 import resource
 import subprocess
 import sys
+import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import pairwise
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from spark_analysis.capture.inputs import (
     mapped_file,
     plan_tasks,
     read_task,
+    shown_name,
     split_bytes,
 )
 from spark_analysis.capture.packets import ACK, PSH, segment_columns, tcp_segments
@@ -428,7 +431,7 @@ def test_a_ring_buffer_s_small_files_are_read_in_one_pass_per_task(tmp_path: Pat
     from_gzip = sorted(read_task(task, (), inflated, spool))
     assert len(passes) == 1
     assert sorted(p._replace(path=os.path.basename(p.path)) for p in from_gzip) == sorted(
-        p._replace(path=f"{p.input_index}-{os.path.basename(p.path)}.gz.pcap") for p in pieces)
+        p._replace(path=f"{p.input_index}.pcap") for p in pieces)
     assert {p.path for p in from_gzip} <= {inputs.spool_target(f, spool) for f in packed}
     assert inflated.records == together.records and inflated.segments == together.segments
 
@@ -621,3 +624,76 @@ def test_a_file_given_twice_is_read_once_and_said(tmp_path: Path) -> None:
     found = discover([given, given, str(tmp_path / "*.pcap")], lambda uri: [], skipped)
     assert [f.path for f in found] == [given]
     assert skipped == [f"{given} (given again: read once)"]
+
+
+def _as_nobody(work: Callable[[], object]) -> object:
+    """``work()`` in a child process whose user is nobody when this one is root (root reads a file
+    of mode 000), or here; its result, pickled back."""
+    if os.geteuid() != 0:
+        return work()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write_end, pickle.dumps(work()))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(child, 0)
+    return pickle.loads(data)
+
+
+def test_names_not_utf8_or_odd_are_read_and_unreadable_files_skipped_and_named() -> None:
+    """A name of bytes that are no UTF-8 (``ns-\\xff.pcap``), one holding a newline or ESC, one starting
+    with '-' or holding a space, one of 255 bytes: each a file like any other. A file that cannot
+    be read (mode 000) failed its reading task and Spark stopped the run; a symbolic link to nothing
+    was passed over in silence, and so was a directory that cannot be listed: each is skipped and
+    named now, the others read."""
+    with tempfile.TemporaryDirectory() as where:  # not tmp_path: nobody may not pass pytest's 0700 directory
+        os.chmod(where, 0o755)
+        _odd_names_read(Path(where))
+
+
+def _odd_names_read(tmp_path: Path) -> None:
+    names = [b"ns-\xff.pcap", b"ns-\nline.pcap", b"ns-\x1b[31mred.pcap", b"-leading.pcap", b"with space.pcap",
+             b"L" * 250 + b".pcap"]
+    for n, name in enumerate(names):
+        with open(os.path.join(os.fsencode(tmp_path), name), "wb") as f:
+            f.write(b"x" * (n + 1))
+    locked = tmp_path / "locked.pcap"
+    locked.write_bytes(b"secret")
+    locked.chmod(0)
+    (tmp_path / "dangling.pcap").symlink_to("gone.pcap")
+    (tmp_path / "shut").mkdir()
+    (tmp_path / "shut" / "inside.pcap").write_bytes(b"x")
+    (tmp_path / "shut").chmod(0)
+
+    def listed() -> tuple[list[tuple[str, int]], list[str]]:
+        skipped: list[str] = []
+        found = discover([str(tmp_path)], lambda uri: [], skipped)
+        return [(f.path, f.size) for f in found], skipped
+
+    found, skipped = _as_nobody(listed)
+    assert sorted((os.fsencode(Path(path).name), size) for path, size in found) == sorted(
+        (name, n + 1) for n, name in enumerate(names))
+    assert skipped == [f"{tmp_path / 'dangling.pcap'} (a symbolic link to gone.pcap, which does not exist)",
+                       f"{tmp_path / 'shut'} (cannot be listed: Permission denied)",
+                       f"{locked} (cannot be read: Permission denied)"]
+    (tmp_path / "shut").chmod(0o755)  # (for the temporary directory's removal)
+    given_alone = _as_nobody(lambda: check_arguments([str(locked)], None, False))
+    assert given_alone == f"{locked} (cannot be read: Permission denied)"
+    odd = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"ns-\x1b[31m\xff"))
+    assert check_arguments([odd], None, False) == f"no such file or directory: {tmp_path}/ns-\\x1b[31m\\udcff"
+
+
+def test_a_name_shown_holds_no_control_and_is_utf8() -> None:
+    """What the tables, brokers.csv, the page and the console show of a name: text UTF-8 holds,
+    nothing a terminal obeys; summary.json keeps the name itself (json.dumps escapes the byte)."""
+    name = os.fsdecode(b"/caps/ns-\xff\n\x1b[2J.pcap")
+    assert shown_name(name) == "/caps/ns-\\udcff\\n\\x1b[2J.pcap"
+    shown_name(name).encode("utf-8")
+    assert os.fsencode(json.loads(json.dumps({"path": name}))["path"]) == b"/caps/ns-\xff\n\x1b[2J.pcap"

@@ -7,6 +7,7 @@ Kept to four small jobs on one shared session: CI has two cores."""
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -330,6 +331,37 @@ def test_gzip_captures_are_read_whole_and_inflated(spark, synthetic, synthetic_o
     [plain] = synthetic_outputs.summary["inputs"]["files"]
     assert capture["path"] == str(tmp_path / "in" / "synthetic.pcap.gz")
     assert {**capture, "path": None, "size": None} == {**plain, "path": None, "size": None}
+
+
+def test_names_not_utf8_with_controls_or_long_are_read_and_named(spark, synthetic, synthetic_outputs: Outputs,
+                                                                 tmp_path: Path) -> None:
+    """``ns-\\xff.pcap`` (a name of bytes that are no UTF-8, as Linux allows) stopped the run: Arrow's
+    text is UTF-8 (UnicodeEncodeError in the reading task, then in the tables' ``input``). A gzip
+    capture with a name of 248 bytes was not inflated: its spool copy's name, the input's with a
+    prefix and a suffix, was past the 255 bytes a name may have. Both are read now; summary.json names
+    each exactly (``os.fsencode`` of its path gives the bytes back), the tables, brokers.csv and the
+    page with its bytes and controls escaped."""
+    path, _ = synthetic
+    folder = os.fsencode(tmp_path / "in")
+    os.mkdir(folder)
+    plain = os.path.join(folder, b"ns-\xff\n\x1b[31m.pcap")
+    long = os.path.join(folder, b"L" * 240 + b"\xfe.pcap.gz")
+    with open(plain, "wb") as f:
+        f.write(path.read_bytes())
+    with open(long, "wb") as f:
+        f.write(gzip.compress(capture("v5_probe.pcap").read_bytes()))
+    odd = run_job(spark, [str(tmp_path / "in")], tmp_path / "out")
+    files = {os.fsencode(f["path"]): f for f in odd.summary["inputs"]["files"]}
+    [synthetic_file] = synthetic_outputs.summary["inputs"]["files"]
+    assert set(files) == {plain, long} and files[long]["problem"] is None and files[long]["records"]
+    assert {**files[plain], "path": None} == {**synthetic_file, "path": None}
+    shown = inputs.shown_name(os.fsdecode(plain))
+    assert shown.endswith("/ns-\\udcff\\n\\x1b[31m.pcap")
+    assert {row["input"] for row in odd.frames} == {shown, inputs.shown_name(os.fsdecode(long))}
+    assert sum(row["input"] == shown for row in odd.frames) == len(synthetic_outputs.frames)
+    assert {row["input"] for row in odd.brokers} >= {shown}
+    page = Path(odd.out, "report.html").read_text()
+    assert "\x1b" not in page and "ns-\\udcff\\n\\x1b[31m.pcap" in page
 
 
 def same_rows(a: Outputs, b: Outputs) -> bool:

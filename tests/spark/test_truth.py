@@ -30,9 +30,14 @@ def truth_of(name: str) -> dict:
     return json.loads((REAL / name / "TRUTH.json").read_text())
 
 
-# Known and open (none now): a capture marked here is a strict xfail, which fails the suite the day
+# Known and open: a capture marked here is a strict xfail, which fails the suite the day
 # the report gets it right, so the mark cannot outlive the bug.
-KNOWN_WRONG: dict[str, str] = {}
+KNOWN_WRONG: dict[str, str] = {
+    "v5-pause-stepped": "registrations inside the times a clock's step back stamped twice are lost: broker-b's "
+                        "three after the step (true 14:18:07-14:19:07) are stamped 14:16:37-14:17:37, each within "
+                        "0.005 s of one before the step on the same connection, and registrations/ holds one of each "
+                        "pair: its row counts 8 of 11",
+}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_WRONG[n], strict=True))
@@ -102,7 +107,8 @@ def test_the_corpus_is_there_and_small() -> None:
     total = 0
     for name in CAPTURES:
         truth = truth_of(name)
-        for f in [*truth["files"], "steps.txt", "namesrv.log"]:
+        logs = truth.get("server_logs", ["namesrv.log"])  # none: no NameServer ran (a web server on its port)
+        for f in [*truth["files"], "steps.txt", *logs]:
             assert (REAL / name / f).is_file(), (name, f)
         total += sum(p.stat().st_size for p in (REAL / name).iterdir())
     assert total < 4 * 1024 * 1024
@@ -129,6 +135,8 @@ def _told(truth: dict) -> dict:
                      "ended": s["end"], "first_seen": s["registered"], "registrations": s["registrations"]})
         if s["end"] == "alive":
             add("broker_alive_at_end", None, broker_addr=s["broker_addr"], server=s["namesrv"])
+        elif s.get("across_clock_step"):
+            add("end_across_clock_step", s["ended_at"], broker_addr=s["broker_addr"], server=s["namesrv"])
         elif s["end"] == "expired":
             add("heartbeat_expired", s["ended_at"], broker_addr=s["broker_addr"], silence_s=s["silence_s"],
                 server=s["namesrv"])
@@ -161,6 +169,9 @@ def _told(truth: dict) -> dict:
                           "missed_bytes": gap["missed"], "server": gap["namesrv"]})
     for drop in truth.get("dropped", []):
         add("packets_dropped", None, dropped=drop["dropped"], received=drop["received"])
+    for step in truth.get("clock_steps", []):
+        add("clock_stepped_back", None, path=f"captures/{step['file']}", seconds=step["seconds"], at=step["at"],
+            to=step["to"])
     for ring in truth.get("rings", []):
         add("files_overwritten", None, path=ring["oldest_kept"], overwritten=ring["overwritten"])
     counts = {(c["namesrv"], c["broker_name"], c["op"], c["at"]): c["topics"] for c in truth.get("topic_counts", [])}
@@ -318,8 +329,9 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         assert any(p.startswith("invented: same_traffic_twice") for p in judge(truth, twice)), n
     if summary["brokers"]:  # a capture no broker registered in (v5-lonestop) has no row to get wrong
         wrong = copy.deepcopy(summary)
+        across = any(s.get("across_clock_step") for s in truth["stays"])  # either end may be told there
         wrong["brokers"][0]["ended"] = "connection_closed" if wrong["brokers"][0]["ended"] != "connection_closed" \
-            else "alive"
+            and not across else "alive"
         assert judge(truth, wrong)
         assert judge(truth, {**summary, "brokers": summary["brokers"] + [dict(summary["brokers"][0],
                                                                               broker_addr="127.0.0.1:1")]})

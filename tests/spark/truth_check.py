@@ -41,7 +41,10 @@ KIND_CLASSES = {
     "bad_input": "absent",
     "undecodable_connection": "unread",  # bytes no remoting frame: must be one of the truth's unread_connections
     "turned_away": "turned_away",  # a client its server closed without a byte: the truth's turned_away, at its time
-    "end_across_clock_step": "absent",  # no capture of the corpus has its clock stepped back
+    # a capture file whose times step back (its clock stepped): exactly the truth's clock_steps
+    "clock_stepped_back": "clock_step",
+    # a stay whose end's silence reaches into times stamped twice: the truth's stays across_clock_step
+    "end_across_clock_step": "across_step",
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
     "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
@@ -100,6 +103,9 @@ def _events(truth: dict) -> list[Event]:
                                 where=s["namesrv"]))
         elif s["end"] == "server_stopped":
             continue  # told by the endpoint's stop or restart (below) and by brokers.csv
+        elif s.get("across_clock_step"):  # its silence unknown from the stamps: neither a crash nor an expiry
+            events.append(Event("across_step", f"{who} {s['end']} at {s['ended_at']} as stamped, across a clock's "
+                                "step back", ended, match={"broker_addr": s["broker_addr"]}, where=s["namesrv"]))
         else:
             extra = {"silence": s["silence_s"]} if s["end"] == "expired" else {}
             also = ("failover",) if (s["broker_addr"], s["ended_at"]) in failover_masters else ()
@@ -140,6 +146,10 @@ def _events(truth: dict) -> list[Event]:
         events.append(Event("near_expiry", f"{gap['broker_addr']} silent {gap['seconds']} s from {gap['from']}",
                             seconds(gap["from"]), seconds(gap["until"]), required=False,
                             match={"broker_addr": gap["broker_addr"]}, where=gap["namesrv"]))
+    for step in truth.get("clock_steps", []):
+        events.append(Event("clock_step", f"{step['file']}: its times step back {step['seconds']} s at {step['at']} "
+                            f"(to {step['to']})", match={"file": step["file"]},  # its times: _extra_problems
+                            extra={"seconds": step["seconds"], "at": seconds(step["at"]), "to": seconds(step["to"])}))
     for drop in truth.get("dropped", []):
         events.append(Event("dropped", f"{drop['file']}: the capture dropped {drop['dropped']} packets, received "
                             f"{drop['received']}", match={"dropped": drop["dropped"], "received": drop["received"]}))
@@ -190,6 +200,8 @@ def _endpoint(item: dict) -> str | None:
 def _field(item: dict, name: str) -> Any:
     if name == "endpoint":
         return _endpoint(item)
+    if name == "file":  # the report names a file by the path it was given
+        return str(item.get("path", "")).replace("\\", "/").rsplit("/", 1)[-1]
     if name == "op":
         return {"write_perm_wiped": "wipe", "write_perm_added": "add"}.get(item["kind"])
     return item.get(name)
@@ -219,6 +231,14 @@ def _extra_problems(event: Event, item: dict, tolerance: float) -> list[str]:
         told = item.get("silence_s", item.get("seconds"))
         if told is not None and abs(float(told) - event.extra["silence"]) > tolerance:
             problems.append(f"{event.what}: silence told as {told} s, truth {event.extra['silence']} s")
+    if event.cls == "clock_step":
+        told = item.get("seconds")
+        if told is None or abs(float(told) - event.extra["seconds"]) > tolerance:
+            problems.append(f"{event.what}: a step of {told} s told")
+        for name in ("at", "to"):
+            when = seconds(item.get(name))
+            if when is None or abs(when - event.extra[name]) > tolerance:
+                problems.append(f"{event.what}: {name} {item.get(name)} told")
     if event.cls == "failover" and item["kind"] == "failover":
         told = item.get("no_master_s")
         if told is not None and abs(float(told) - event.extra["no_master"]) > tolerance:
@@ -455,14 +475,14 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
             problems.append(f"missed: no brokers.csv row for {who}")
         elif len(rows) == 1:
             row, last = rows[0], truth_stays[-1]
-            if row.get("ended") != last["end"]:
+            if row.get("ended") not in _ends(last):
                 problems.append(f"{who}: ended {row.get('ended')!r}, truth {last['end']!r} ({last['how']})")
             if _id(row.get("broker_id")) != _id(last["ids"][-1]["broker_id"]):
                 problems.append(f"{who}: broker_id {row.get('broker_id')}, truth {last['ids'][-1]['broker_id']}")
             problems += _registrations(who, rows, truth_stays)
         elif len(rows) == len(truth_stays):
             for n, (row, stay) in enumerate(zip(rows, truth_stays, strict=True), 1):
-                if row.get("ended") != stay["end"]:
+                if row.get("ended") not in _ends(stay):
                     problems.append(f"{who} (stay {n}): ended {row.get('ended')!r}, truth {stay['end']!r} "
                                     f"({stay['how']})")
                 first = seconds(row.get("first_seen"))
@@ -475,6 +495,13 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
             problems.append(f"{who}: {len(rows)} brokers.csv rows for {len(truth_stays)} stay(s) "
                             f"(one row, or one per stay): {[r.get('ended') for r in rows]}")
     return problems
+
+
+def _ends(stay: dict) -> set[str]:
+    """What a stay's brokers.csv row may say of its end: the truth's; across a clock's step back
+    (across_clock_step) either end the stamps can make of its close (the replay's ``ended``: its
+    silence as stamped is not the one the NameServer counted)."""
+    return {"expired", "connection_closed"} if stay.get("across_clock_step") else {stay["end"]}
 
 
 def judge_endpoints(truth: dict, summary: dict) -> list[str]:

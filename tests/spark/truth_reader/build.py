@@ -9,6 +9,7 @@ DIR); a missing corroboration is printed as PROBLEM and must be looked at by han
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
 import statistics
@@ -53,7 +54,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--files", nargs="+", required=True)
     ap.add_argument("--restart", nargs=2, action="append", default=[], metavar=("STOP_RX", "START_RX"))
     ap.add_argument("--stopped", action="append", default=[], metavar="ENDPOINT=STOP_RX")
-    ap.add_argument("--logs", nargs="+", required=True)
+    # the NameServers' logs; none: no NameServer ran (a web server on its port), the steps file and the
+    # packets are the witnesses, and any NameServer event the packets show is a PROBLEM (nothing backs it)
+    ap.add_argument("--logs", nargs="*", default=[])
+    # a server of another protocol's own log of the requests it served (an HTTP server's access log):
+    # its requests' lines counted against the connections the packets show it was asked over
+    ap.add_argument("--served-log", default=None, metavar="FILE")
     ap.add_argument("--why", action="append", default=[], metavar="ENDPOINT=TEXT")
     ap.add_argument("--note", action="append", default=[])
     # ports other servers listened on (a broker's, from the steps) whose connections all began before the
@@ -67,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ring", nargs=2, action="append", default=[], metavar=("OLDEST_FILE", "OVERWRITTEN"))
     ap.add_argument("--clock-ahead", type=float, default=None, metavar="SECONDS",
                     help="how far the second point's clock reads ahead of the first's, as the files were made")
+    # a file whose clock was stepped as it was made (editcap -t SECONDS on its packets from AT, UTC, joined
+    # after the others with mergecap -a): the truth is built on the true times (those the log has), then
+    # told in the times the file stamps (clock_steps; a stay whose end's silence reaches into the times
+    # stamped twice is across_clock_step)
+    ap.add_argument("--clock-step", nargs=3, default=None, metavar=("FILE", "AT", "SECONDS"))
     return ap
 
 
@@ -87,9 +98,13 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     points: dict[bool, list] = {False: [], True: []}  # second capture point or not -> its packets
     pairs_in: dict[str, set[frozenset[str]]] = {}  # file -> the address pairs it holds
     seen_until: dict[bool, dict[str, float]] = {False: {}, True: {}}  # endpoint -> end of its last file
+    steps_made: list[dict] = []
     for f in a.files:
         second = f in a.second_point
         part = read_pcap(d / f)
+        if a.clock_step and f == a.clock_step[0]:
+            part, made = unstepped(part, float(a.clock_step[2]))
+            steps_made.append({"file": f, **made})
         points[second] += part
         pairs_in[f] = {frozenset((src, dst)) for _t, src, dst, *_rest in part}
         if part:
@@ -136,6 +151,10 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     port_checks = [{"endpoint": e, "accepted": sum(c.server == e and bool(c.synack) for c in conns)}
                    for e in namesrvs if e not in carried]
     namesrvs = [e for e in namesrvs if e in carried]
+    # an endpoint asked nothing in RocketMQ remoting though its clients' bytes were captured (a web server
+    # on the NameServer's port) speaks another protocol: no NameServer (its connections: unread_connections)
+    speaking = {e: protocol for e in namesrvs if not kinds[e] and (protocol := other_protocol(conns, e))}
+    namesrvs = [e for e in namesrvs if e not in speaking]
 
     # runs of each NameServer endpoint
     runs: dict[str, list[dict]] = {}
@@ -435,7 +454,7 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         return {k: v for k, v in st.items() if not k.startswith("_")}
 
     truth = {
-        "name": d.name, "rocketmq": a.version, "files": a.files, "tolerance_s": 2.0,
+        "name": d.name, "rocketmq": None if a.version == "none" else a.version, "files": a.files, "tolerance_s": 2.0,
         "capture": {"first": first, "last": last},
         "nameservers": [{"endpoint": e, "runs": runs[e]} for e in namesrvs],
         "controllers": [{"endpoint": e} for e in controllers],
@@ -448,10 +467,17 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         truth["other_servers"] = other_servers(other_conns, why)
     if port_checks:
         truth["port_checks"] = port_checks
-    if unread := unread_connections(conns, namesrvs):
+    if unread := unread_connections(conns, [*namesrvs, *speaking]):
         truth["unread_connections"] = unread
-    if cut_out := cut_before_payload(conns, namesrvs):
+    cut_out = cut_before_payload(conns, namesrvs) + [
+        {"endpoint": e, "accepted": sum(c.server == e and bool(c.synack) for c in conns), "why": f"speaks {protocol}",
+         "protocol": protocol} for e, protocol in sorted(speaking.items())]
+    if cut_out:
         truth["unread_servers"] = cut_out
+    if a.served_log:
+        problems += served_disagree(d / a.served_log, conns, speaking)
+    if not a.logs:
+        truth["server_logs"] = []  # no NameServer's log backs this truth: the steps and the packets do
     if turned := turned_away(conns, namesrvs, runs, log, problems):
         truth["turned_away"] = turned
     if copies or other_copies:
@@ -473,7 +499,61 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         truth["rings"] = [{"oldest_kept": oldest, "overwritten": int(count)} for oldest, count in a.ring]
     if log.flavor == "ours":
         truth["nameserver_software"] = "twisted-namesrv"
+    if a.clock_step:
+        truth = as_stamped(truth, stays, steps_made, _utc(a.clock_step[1]), float(a.clock_step[2]))
     return _times(truth), problems
+
+
+def _utc(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+#: a step back in a file's times (in file order) larger than this is the clock's, not packets reordered
+STEP_BACK_S = 5.0
+
+
+def unstepped(part: list, seconds: float) -> tuple[list, dict]:
+    """A file's packets in file order, those from its first step back of its times on given their
+    true times back (their stamps less ``seconds``, the step as it was made), and the step as the
+    file stamps it: ``at`` the latest stamp before it, ``to`` the first after, ``seconds`` between."""
+    latest = float("-inf")
+    for i, (t, *_rest) in enumerate(part):
+        if t < latest - STEP_BACK_S:
+            made = {"at": latest, "to": t, "seconds": round(latest - t, 6), "shift_s": seconds}
+            return part[:i] + [(t - seconds, *rest) for t, *rest in part[i:]], made
+        latest = max(latest, t)
+    raise ValueError("--clock-step: no step back in the file's times")
+
+
+def as_stamped(truth: dict, stays: list[dict], made: list[dict], at: float, seconds: float) -> dict:
+    """The truth (built on true times) in the times the stepped file stamps: every time from ``at`` on
+    moved by ``seconds`` (durations stay true); ``clock_steps`` says the step; a stay whose end's silence
+    (its last heartbeat to its close, as stamped) reaches into the times stamped twice (from the step's
+    ``to`` to its ``at``) is ``across_clock_step``: its silence cannot be known from the stamps."""
+    def stamped(t: float) -> float:
+        return t + seconds if t >= at else t
+
+    def moved(x):
+        if isinstance(x, dict):
+            return {k: (stamped(v) if k in TIME_KEYS and isinstance(v, float) else moved(v)) for k, v in x.items()}
+        if isinstance(x, list):
+            return [moved(v) for v in x]
+        return x
+
+    out = moved(truth)
+    for step in made:
+        for st, told in zip(stays, out["stays"], strict=True):
+            if st["end"] not in ("expired", "connection_closed") or st["ended_at"] is None:
+                continue
+            beats = [t for c in st["_conns"] for t, h in c.frames("c")
+                     if t is not None and t <= st["ended_at"] and h.get("code") in HEARTBEATS]
+            since, until = stamped(max(beats, default=st["registered"])), stamped(st["ended_at"])
+            if since <= step["at"] and until >= step["to"]:
+                told["across_clock_step"] = True
+    out["clock_steps"] = [{"file": m["file"], "at": m["at"], "to": iso(m["to"]), "seconds": m["seconds"],
+                           "made": f"editcap -t {m['shift_s']:g} on its packets from {iso(at)}, mergecap -a"}
+                          for m in made]
+    return out
 
 
 def unread_connections(conns, namesrvs: list[str]) -> list[dict]:
@@ -485,9 +565,46 @@ def unread_connections(conns, namesrvs: list[str]) -> list[dict]:
         if sum(n for _o, n in c.cut["c"]) >= len(data):
             continue  # nothing of it captured (a snap length cut every byte): cut, not another protocol
         if c.server in namesrvs and data and not any("code" in h for _t, h in c.frames("c")):
-            found.append({"client": c.client, "server": c.server, "bytes": len(data),
-                          "protocol": "TLS" if data[:2] == b"\x16\x03" else None})
+            found.append({"client": c.client, "server": c.server, "bytes": len(data), "protocol": protocol_of(c)})
     return sorted(found, key=lambda u: u["client"])
+
+
+#: how an HTTP request starts (RFC 9110's methods, then a space) and how an HTTP answer does
+HTTP_REQUEST = re.compile(rb"(GET|HEAD|POST|PUT|DELETE|CONNECT|OPTIONS|TRACE|PATCH) ")
+HTTP_ANSWER = b"HTTP/"
+
+
+def protocol_of(c) -> str | None:
+    """What a connection's bytes that are no remoting frame speak, by its first bytes: a TLS record
+    (a handshake's first byte 0x16, version 3.x: a client with TLS on), HTTP (a request's method, or an
+    answer's ``HTTP/``), else None."""
+    client, server = bytes(c.data["c"][:16]), bytes(c.data["s"][:16])
+    if client[:2] == b"\x16\x03":
+        return "TLS"
+    if HTTP_REQUEST.match(client) or server.startswith(HTTP_ANSWER):
+        return "HTTP"
+    return None
+
+
+def other_protocol(conns, e: str) -> str | None:
+    """The protocol an endpoint asked nothing in RocketMQ remoting speaks: the one every connection
+    whose client's bytes were captured speaks (protocol_of), if they agree on one."""
+    spoken = {protocol_of(c) for c in conns if c.server == e and c.data["c"]
+              and sum(n for _o, n in c.cut["c"]) < len(c.data["c"])}
+    return spoken.pop() if len(spoken) == 1 else None
+
+
+#: a request line in a web server's access log (the common log format, Python's http.server too)
+SERVED_LINE = re.compile(r'"(GET|HEAD|POST|PUT|DELETE|CONNECT|OPTIONS|TRACE|PATCH) \S+ HTTP/')
+
+
+def served_disagree(path: Path, conns, speaking: dict[str, str]) -> list[str]:
+    """Whether the other protocol's server logged one request per HTTP request the packets show its
+    clients sent (one per connection, as each of them opened one: the log has no client port)."""
+    logged = sum(1 for line in path.read_text(errors="replace").splitlines() if SERVED_LINE.search(line))
+    sent = sum(1 for c in conns if speaking.get(c.server) == "HTTP" and HTTP_REQUEST.match(bytes(c.data["c"][:16])))
+    return [] if logged == sent else [f"{path.name} logs {logged} requests, the packets show {sent} connections "
+                                      "each sending one"]
 
 
 def cut_before_payload(conns, namesrvs: list[str]) -> list[dict]:

@@ -208,6 +208,13 @@ ARGS: dict[str, list[str]] = {
                          "lookup can be read, and the NameServer's traffic is told unread (cut_before_payload)"),
     "v5-pause-nano": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", PAUSE, "--note",
                           "tcpdump --time-stamp-precision=nano: a pcap of nanosecond stamps (magic a1b23c4d)"),
+    "v5-pause-stepped": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--clock-step",
+                             "v5-pause-stepped.pcap.xz", "2026-11-30T14:17:40Z", "-90", "--note", PAUSE, "--note",
+                             "v5-pause.pcap with its clock stepped back afterwards (steps: editcap -t -90 on its "
+                             "packets from 14:17:40, mergecap -a), as NTP's first sync or a VM restored from a "
+                             "snapshot would: the truth is built on the true times (the log's), then told as the "
+                             "file stamps them; broker-a's idle close (true 14:18:07.7) is stamped 31 s after its "
+                             "last heartbeat, inside the times stamped twice: across_clock_step, no silence known"),
     "v5-drops": _one("5.3.3", "--note", "dumpcap -i lo -B 1 (a 1 MiB buffer), paused with kill -STOP from "
                      "08:41:38.928Z to 08:42:26.662Z while 3,000 UDP datagrams to port 9999 filled its buffer: the "
                      "NameServer's packets in the pause were dropped (its pcapng's statistics: 631 received, 5,442 "
@@ -218,6 +225,11 @@ ARGS: dict[str, list[str]] = {
                     "goes a minute without a packet) while bursts of UDP datagrams to port 9999 filled its buffer: "
                     "the brokers' requests in the pauses were dropped, more than 120 s of a connection's bytes "
                     "(silences: missed); the NameServer's log has no expiry"),
+    # no NameServer at all: no server's log, the steps file and the packets are the witnesses
+    "http9876": ["none", "9876", "--served-log", "http.log", "--note", "No RocketMQ: python3 -m http.server 9876 "
+                 "--bind 127.0.0.1 on the NameServer's port, asked GET / 20 times, one connection each (steps); "
+                 "http.log is its access log (20 requests, each answered 200). Nothing on the port speaks "
+                 "RocketMQ remoting: no NameServer, its connections unread (HTTP), the port a web server's"],
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
                    "(python -m twisted_namesrv --compat 5.3.3 --tls-mode enforcing), its clients this project's "
