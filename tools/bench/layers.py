@@ -16,7 +16,7 @@ included, is ``instructions.py``; this says which of its layers the in-process p
 
 ``--lines`` counts instead, with no valgrind and in seconds, the lines of Python run a first
 registration, by function (any code's: the server's, Twisted's, a dataclass's generated
-``__init__``): at about 0.6 k instructions a line, where the count goes.
+``__init__``, named with its class): at about 0.5 k instructions a line, where the count goes.
 
     .venv/bin/python tools/bench/layers.py [--step brokers-5000] [--brokers 400] [--jobs 2] [--layer L ...]
     .venv/bin/python tools/bench/layers.py --lines [--top 40]
@@ -110,8 +110,11 @@ def registered(step_name: str, brokers: int, warm: int, layer: str | None,
         nonlocal calls
         if event == "line":
             code = frame.f_code
+            name = code.co_name
+            if code.co_filename == "<string>" and "self" in frame.f_locals:  # a dataclass's __init__: whose
+                name = f"{type(frame.f_locals['self']).__qualname__}.{name}"
             lines[f"{code.co_filename.rpartition('site-packages/')[2].replace(str(REPO) + '/', '')}:"  # type: ignore[index]
-                  f"{code.co_name}"] += 1
+                  f"{name}"] += 1
         elif event == "call":
             calls += 1
         return traced
