@@ -54,8 +54,11 @@ def test_a_wrapped_layer_answers_as_before_inside_operator_call(monkeypatch: pyt
         return made(*args, **kwargs)
 
     monkeypatch.setattr(layers.operator, "call", call)
+    monkeypatch.setattr(layers, "COUNTING", [False])
     for layer in ("layered::plain", "layered::stepped", "layered:Owner:method", "layered:Owner:made"):
         layers.wrap(layer)
+    assert module.plain(2, b=5) == 7 and not inside  # not counting yet: called as it is
+    layers.COUNTING[0] = True
     assert module.plain(2, b=5) == 7
     assert run_steps(module.stepped(3)) == 6  # its steps run at once, inside the call
     assert module.Owner().method(4) == 12

@@ -8,11 +8,15 @@ or ``module::name``) is wrapped so that each call of it runs through ``operator.
 callgrind counts only what runs inside that C function (``--collect-atstart=no
 --toggle-collect=_operator_call``: nothing else of the server or the interpreter calls it).  The
 count over the brokers counted is that layer's instructions a first registration, its callees
-included, the same on a loaded machine.  A generator function (a handler's steps) is run at once
-inside the call (none of the curve's small registrations takes a step).  A name is wrapped where it is
-looked up: a function imported by name into another module is wrapped there (``processor::plan_steps``,
-not ``state.registration::plan_steps``).  The real server's own count, its reactor, reads and sends
-included, is ``instructions.py``; this says which of its layers the in-process part is made of.
+included, the same on a loaded machine.  The layer is wrapped before the server is built (a bound
+method the composition root subscribes, as ``Topology.heard``, is the wrapper), and routed through
+``operator.call`` only once the counted brokers begin.  A generator function (a handler's steps) is
+run at once inside the call (none of the curve's small registrations takes a step; running them so,
+a few calls, is in its count).  A name is wrapped where it is looked up: a function imported by name
+into another module is wrapped there (``processor::plan_steps``, not
+``state.registration::plan_steps``; ``service::log_route_event``).  The real server's own count, its
+reactor, reads and sends included, is ``instructions.py``; this says which of its layers the
+in-process part is made of.
 
 ``--lines`` counts instead, with no valgrind and in seconds, the lines of Python run a first
 registration, by function (any code's: the server's, Twisted's, a dataclass's generated
@@ -56,13 +60,15 @@ LAYERS = (
     "twisted_namesrv.state.routes:RouteInfoManager:apply_registration",
     "twisted_namesrv.state.routes:RouteInfoManager:_publish",
     "twisted_namesrv.state.routes:RouteInfoManager:_hear",
-    "twisted_namesrv.housekeeping::log_route_event",
+    "twisted_namesrv.service::log_route_event",
     "twisted_namesrv.state.topology:Topology:heard",
     "twisted_namesrv.processor::renewable_answer",
     "twisted_namesrv.dispatch:Dispatcher:_answer_frame",
     "twisted_namesrv.answer_cache:AnswerCache:keep_renewal",
 )
 COLLECTED = re.compile(r"Collected : (\d+)")
+#: whether a wrapped layer's calls run inside operator.call yet (from the first broker counted on)
+COUNTING = [False]
 
 
 def wrap(layer: str) -> None:
@@ -74,7 +80,8 @@ def wrap(layer: str) -> None:
     made = inspect.getattr_static(owner, name)
     if isinstance(made, staticmethod | classmethod):  # (the class's own: its bound method, wrapped as static)
         bound = getattr(owner, name)
-        setattr(owner, name, staticmethod(lambda *args, **kwargs: operator.call(bound, *args, **kwargs)))
+        setattr(owner, name, staticmethod(lambda *args, **kwargs: operator.call(bound, *args, **kwargs)
+                                          if COUNTING[0] else bound(*args, **kwargs)))
         return
     if inspect.isgeneratorfunction(made):
         from twisted_namesrv.steps import run_steps
@@ -84,10 +91,12 @@ def wrap(layer: str) -> None:
             yield  # (a generator)
 
         def wrapped(*args: object, **kwargs: object) -> object:
+            if not COUNTING[0]:
+                return made(*args, **kwargs)
             return done(operator.call(lambda: run_steps(made(*args, **kwargs))))
     else:
         def wrapped(*args: object, **kwargs: object) -> object:
-            return operator.call(made, *args, **kwargs)
+            return operator.call(made, *args, **kwargs) if COUNTING[0] else made(*args, **kwargs)
     setattr(owner, name, wrapped)
 
 
@@ -101,6 +110,8 @@ def registered(step_name: str, brokers: int, warm: int, layer: str | None,
     turns.log_to_nothing("text")
     step = curve.step_named(step_name)
     tables = curve.broker_tables(step)[:warm + brokers]
+    if layer is not None:
+        wrap(layer)  # (before the server is built: what it subscribes is the wrapper)
     bench = turns.Timed(step.compat)
     protocols = [bench.connect() for _ in tables]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
@@ -124,8 +135,7 @@ def registered(step_name: str, brokers: int, warm: int, layer: str | None,
             if lines is not None:
                 gc.disable()  # (its callbacks are no registration's)
                 sys.settrace(traced)
-            elif layer is not None:
-                wrap(layer)
+            COUNTING[0] = True
         for piece in pieces:
             protocol.dataReceived(piece)
             bench.settle()
