@@ -1060,3 +1060,28 @@ def test_unpaired_answers_counted_are_the_nameservers_only() -> None:
     assert report._judged_calls(summary) == [{"code_name": "GET_ROUTEINFO_BY_TOPIC", "cut": 10},
                                              {"code_name": "REGISTER_BROKER", "cut": 21}]
 
+
+def test_brokers_named_by_their_connections_are_counted_as_such() -> None:
+    """At -s 96 (v5-opsrot) no broker's name or address survives: each is named by the connection it
+    registers over, so broker-a-s, killed while registered with two NameServers, was "2 brokers whose
+    connection closed" in the headline (the whole capture: 1 broker, 2x). The count says how many of its
+    names are connections; brokers named by their address are counted as before."""
+    from spark_analysis.decode.rows import cut_broker_addr
+
+    def closed(addr: str, label: str) -> dict:
+        return findings_module._finding("broker_connection_closed", "critical", f"{label} closed", broker=label,
+                                        broker_addr=addr, t=1.0)
+
+    cut = [closed(cut_broker_addr(client), f"? / ? / ? / {cut_broker_addr(client)}")
+           for client in ("127.0.0.1:44406", "127.0.0.1:54060")]
+    found = findings_module.attention(cut)
+    assert found["attention"] == ("1 critical: 2 brokers (2 counted by connection) whose connection closed "
+                                  "without unregistering")
+    assert found["findings"][0]["message"].startswith("2 brokers (2 counted by connection) whose connection")
+    assert found["findings"][0]["by_connection"] == 2
+    named = findings_module.attention([closed("127.0.0.1:11921", "C / broker-a / 1 (SLAVE) / 127.0.0.1:11921")] * 2)
+    assert named["attention"] == "1 critical: 1 broker whose connection closed without unregistering"
+    assert "by_connection" not in named["findings"][0]
+    alone = findings_module.attention(cut[:1])  # one broker is one, whatever names it
+    assert alone["attention"] == "1 critical: 1 broker whose connection closed without unregistering"
+    assert "by_connection" not in alone["findings"][0]
