@@ -238,7 +238,7 @@ ARGS: dict[str, list[str]] = {
     "v5-opsrot": _ops("tcpdump -i any -s 96 -G 30 -Z root -w 'ns-%H%M%S.pcap': Linux cooked v2, every packet "
                       "longer than 96 bytes cut there (no broker's name, id or address survives: each is named by "
                       "its connection), six files named as operators name them, read as one capture"),
-    "v5-opsng": _ops("dumpcap -i any -s 200 -w v5-opsng.pcapng: a pcapng of Linux cooked v2 packets cut at 200 "
+    "v5-opsng": _ops("dumpcap -i any -s 200 -w v5-opsng.pcapng: a pcapng of Linux cooked v1 packets cut at 200 "
                      "bytes, its own statistics saying nothing dropped"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
