@@ -313,7 +313,10 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             if not count:
                 continue
         if _is_topic_not_exist(name, response) and str(topic).startswith(GROUP_TOPIC_PREFIXES):
-            found.append(_group_topic(client, topic, count, first, last, (routes_found or {}).get(topic)))
+            found.append(_finding("retry_topic_lookup", INFO, f"{client} asked {count}x for the route of {topic!r}: "
+                                  f"TOPIC_NOT_EXIST (a consumer group's retry or dead-letter topic, made when "
+                                  f"first needed: normal at start-up)", topic=topic, client=client, count=count,
+                                  first=_iso(first), last=_iso(last)))
         elif _is_topic_not_exist(name, response):
             made = _made_after(routes_found or {}, topic, last)
             found.append(_unknown_topic(client, topic, count, first, last, made))
@@ -989,22 +992,6 @@ def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, m
     return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
                     f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, its route served from {_iso(made)}): a topic "
                     f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made), **facts)
-
-
-def _group_topic(client: Any, topic: Any, count: int, first: Any, last: Any, served: Any) -> Item:
-    """A consumer group's retry or dead-letter topic answered TOPIC_NOT_EXIST: made when first needed,
-    so unknown at a consumer's start is normal. Unknown still after its route was served (``served``:
-    first, before the last such answer) it went away (its broker left, or it was deleted): a start-up
-    does not explain that, and where the capture shows no cause (bodies cut) it is the client's warning."""
-    facts = {"topic": topic, "client": client, "count": count, "first": _iso(first), "last": _iso(last)}
-    if served is None or last <= served:
-        return _finding("retry_topic_lookup", INFO, f"{client} asked {count}x for the route of {topic!r}: "
-                        f"TOPIC_NOT_EXIST (a consumer group's retry or dead-letter topic, made when first needed: "
-                        f"normal at start-up)", **facts)
-    return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
-                    f"TOPIC_NOT_EXIST, the last at {_iso(last)}, after its route was served at {_iso(served)}: a "
-                    f"consumer group's retry topic that went away (its broker left, or it was deleted), not only a "
-                    f"consumer's start-up", found_before=_iso(served), **facts)
 
 
 def _made_after(routes_found: dict[Any, float], topic: Any, last_unknown: Any) -> Any:

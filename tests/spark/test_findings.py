@@ -570,32 +570,6 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
     assert findings_module.attention(said)["attention"].startswith("1 warning: 2 unknown topics")
 
 
-def test_a_retry_topic_unknown_again_after_it_was_served_is_no_start_up() -> None:
-    """A consumer's first lookups of its group's %RETRY% topic answer TOPIC_NOT_EXIST until a broker
-    makes it: normal. Unknown again after its route was served (v5-opsng: the topic's only broker
-    stopped, the registrations' bodies cut, so no cause is seen), it went away: a warning saying so,
-    not "normal at start-up"."""
-    def lookup(t: float, topic: str, code: int) -> tuple:
-        return (t, "c", "10.0.0.7:1", 105, "GET_ROUTEINFO_BY_TOPIC", int(t), code, 1.0, False, topic, None,
-                "s:9876", None, False, "in.pcap", "s:9876@x")
-
-    rows = [lookup(1.0, "%RETRY%G", 17), lookup(2.0, "%RETRY%G", 0), lookup(30.0, "%RETRY%G", 17),
-            lookup(1.0, "%RETRY%H", 17), lookup(2.0, "%RETRY%H", 0)]
-    batch = pa.array(rows, type=tables.row_type(CALL))
-    groups: findings_module.Groups = {}
-    findings_module.note_calls(groups, batch)
-    found = Tally()
-    findings_module.note_routes_found(found.routes_found, batch)
-    findings_module.calls_at(groups, {"s:9876"})
-    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups),
-                                    routes_found=found.routes_found)
-    assert sorted((f["kind"], f["severity"], f["topic"], f["count"]) for f in said) == [
-        ("retry_topic_lookup", "info", "%RETRY%H", 1), ("topic_not_exist", "warning", "%RETRY%G", 2)]
-    gone = next(f for f in said if f["topic"] == "%RETRY%G")
-    assert gone["found_before"] == findings_module._iso(2.0) and "went away" in gone["message"]
-    assert "start-up" not in gone["message"].split("not only")[0]
-
-
 def test_the_headline_counts_what_happened() -> None:
     """Two restarts of one NameServer are "2 NameServer restarts" (not "1 NameServer restart" with
     "(2x)" inside); nouns naming things still count the things: one broker closing twice is 1 broker."""
