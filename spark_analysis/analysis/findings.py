@@ -25,6 +25,7 @@ from spark_analysis.capture import inputs
 from spark_analysis.capture.packets import LINK_TYPES_READ
 from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
+from spark_analysis.decode.rows import is_cut_broker_addr
 from spark_analysis.model.capture_points import CapturePoints, SecondPoint
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
@@ -830,14 +831,38 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     units = len(items) if kind in EVENT_KINDS else len({str(item.get(UNITS[kind][0])) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
+    by_connection = _by_connection(kind, items) if units > 1 else 0  # one broker is one, whatever names it
+    if by_connection and len(items) > 1:
+        message = message.replace(_plural(units, UNITS[kind][1]), _counted(units, kind, by_connection), 1)
     failed = [lookup for item in items for lookup in item.get("failed_lookups", ())]
     if failed and len(items) > 1:  # one item says them in its own line
         message += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST for "
                     f"{_tally(failed, 'topic', clients=True)}")
     for item in items:
         item["message"] = escaped(item["message"])
-    return {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": escaped(message),
-            "evidence": items}
+    problem = {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": escaped(message),
+               "evidence": items}
+    if by_connection:  # only where some were: every other capture's summary as it was
+        problem["by_connection"] = by_connection
+    return problem
+
+
+def _by_connection(kind: str, items: list[Item]) -> int:
+    """How many of a broker finding's brokers are named by their connection (a snap length cut their
+    address: is_cut_broker_addr): each such name is one connection, so one broker registered with two
+    NameServers, or back on a new connection, is two of them (or one of them and a broker named by
+    its address)."""
+    if UNITS[kind][0] != "broker":
+        return 0
+    return len({str(item.get("broker")) for item in items if is_cut_broker_addr(item.get("broker_addr"))})
+
+
+def _counted(n: int, kind: str, by_connection: int) -> str:
+    """'2 brokers (2 counted by connection) whose …': a count of names that may be fewer brokers."""
+    if not by_connection:
+        return _plural(n, UNITS[kind][1])
+    noun = UNITS[kind][1].replace("broker{s}", f"broker{{s}} ({by_connection:,} counted by connection)", 1)
+    return _plural(n, noun)
 
 
 def _headline(problems: list[Item]) -> str:
@@ -846,13 +871,15 @@ def _headline(problems: list[Item]) -> str:
     parts = []
     for severity in (CRITICAL, WARNING):
         units: Counter[Any] = Counter()
+        by_connection: Counter[Any] = Counter()
         for p in problems:
             if p["severity"] == severity:
                 units[p["kind"]] += p["units"]
+                by_connection[p["kind"]] += p.get("by_connection", 0)
         if units:
             rows = sum(p["severity"] == severity for p in problems)
             parts.append(f"{_plural(rows, CRITICAL if severity == CRITICAL else 'warning{s}')}: " + ", ".join(
-                _plural(n, UNITS[kind][1]) for kind, n in units.items()))
+                _counted(n, kind, by_connection[kind]) for kind, n in units.items()))
     return " · ".join(parts)
 
 

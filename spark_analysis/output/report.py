@@ -21,7 +21,7 @@ import html
 import json
 import math
 import pkgutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import NamedTuple
 
@@ -107,7 +107,8 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
         plot = pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=False, div_id=f"plot-{key}",
                            config={"displaylogo": False})
         parts.append(f"<section id='{key}'><h2>{html.escape(title)}</h2>{plot}</section>".encode())
-    parts.append(f"{_response_codes(summary['response_codes'])}{_controller(summary.get('controller'))}"
+    parts.append(f"{_response_codes(summary['response_codes'], _judged_calls(summary))}"
+                 f"{_controller(summary.get('controller'))}"
                  f"{_brokers(summary['brokers'])}"
                  f"{_clients(summary['clients'])}{_counts(summary['counts'])}</body></html>".encode())
     return parts
@@ -483,12 +484,36 @@ def _problem_row(row: dict) -> str:
     return "problem" if row["problem"] else ""
 
 
-def _response_codes(rows: list[dict]) -> str:
+def _response_codes(rows: list[dict], codes: Sequence[dict] = ()) -> str:
+    """The table of non-zero answers; under it, where a snap length cut the opaques that pair answers
+    with requests (calls_by_code's ``cut``), how many answers that table cannot hold: "none" alone
+    read as "no error" where a -s 96 capture had TOPIC_NOT_EXIST answers it could not pair."""
     shown = [{**row, "requesters": ", ".join(f"{client} ({n})" for client, n in sorted(row["requesters"].items()))}
              for row in rows]
     table = _table(("code_name", "response_code", "response_name", "remark", "count", "requesters"), shown)
-    return f"<section id='response-codes'><h2>Answers with a non-zero code</h2>{table if rows else '<p>none</p>'}" \
-           f"</section>"
+    unknown = sum(code["cut"] for code in codes)
+    beside = "" if not unknown else (
+        f"<p>{'none known' if not rows else 'besides these'}: the answers to {unknown:,} request(s) are unknown, "
+        f"answered or not (a snap length cut the opaque that pairs an answer with its request), so their codes are "
+        f"not counted here: {_listed_cut(codes)}</p>")
+    return f"<section id='response-codes'><h2>Answers with a non-zero code</h2>" \
+           f"{table if rows else '' if unknown else '<p>none</p>'}{beside}</section>"
+
+
+def _listed_cut(codes: Sequence[dict]) -> str:
+    return ", ".join(f"{page_text(code['code_name'])} {code['cut']:,}" for code in codes if code["cut"])
+
+
+def _judged_calls(summary: dict) -> list[dict]:
+    """calls_by_server's rows of the endpoints whose answers the response-code table holds (the
+    NameServers and controllers, as findings.calls_at keeps them): a broker's port captured too
+    (no port filter) has its own answers, not judged here. One row per code, in the table's order."""
+    judged = {row["endpoint"] for row in summary["endpoints"] if row["kind"] in ("nameserver", "controller")}
+    cut: dict[str, int] = {}
+    for row in summary["calls_by_server"]:
+        if row["server"] in judged:
+            cut[row["code_name"]] = cut.get(row["code_name"], 0) + row["cut"]
+    return [{"code_name": name, "cut": cut[name]} for name in sorted(cut)]
 
 
 def _controller(controller: dict | None) -> str:

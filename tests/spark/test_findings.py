@@ -1000,3 +1000,62 @@ def test_a_peer_s_control_characters_are_shown_escaped_in_the_findings_lines() -
     assert all(line.isprintable() for line in lines), lines
     assert "C\\x1b]0;pwned\\x07 / b\\x1b[2J\\x1b[31mRED\\r-1" in problem["evidence"][0]["message"]
     assert {item["broker_name"] for item in problem["evidence"]} == {name}
+
+
+def test_answers_a_snap_length_left_unpaired_are_not_told_as_none() -> None:
+    """At -s 96 (v5-opsrot) the opaque pairing an answer with its request is cut: the TOPIC_NOT_EXIST
+    answers to a consumer's lookups were in the capture but no request's, and the page's table of
+    non-zero answers said "none" (no error). It says how many answers are unknown, by code, and a
+    capture whose answers were all paired shows the plain "none" as before."""
+    codes = [{"code_name": "GET_ROUTEINFO_BY_TOPIC", "requests": 18, "answered": 2, "cut": 16},
+             {"code_name": "REGISTER_BROKER", "requests": 34, "answered": 0, "cut": 34},
+             {"code_name": "GET_BROKER_CLUSTER_INFO", "requests": 1, "answered": 1, "cut": 0}]
+    unpaired = report._response_codes([], codes)
+    assert "<p>none</p>" not in unpaired
+    assert "none known: the answers to 50 request(s) are unknown" in unpaired
+    assert "GET_ROUTEINFO_BY_TOPIC 16, REGISTER_BROKER 34</p>" in unpaired
+    row = {"code_name": "GET_ROUTEINFO_BY_TOPIC", "response_code": 17, "response_name": "TOPIC_NOT_EXIST",
+           "remark": "none", "count": 1, "requesters": {"10.0.0.1:4": 1}}
+    assert "besides these: the answers to 50 request(s)" in report._response_codes([row], codes)
+    paired = [{**code, "cut": 0} for code in codes]
+    assert report._response_codes([], paired) == report._response_codes([]) == (
+        "<section id='response-codes'><h2>Answers with a non-zero code</h2><p>none</p></section>")
+
+
+def test_unpaired_answers_counted_are_the_nameservers_only() -> None:
+    """Captured without a port filter (v4-ring), a broker's port's 20,010 SEND_MESSAGE_V2 answers cut by the
+    snap length are not the NameServer's: the response-code table never holds them, nor its line."""
+    summary = {"endpoints": [{"endpoint": "ns:9886", "kind": "nameserver"}, {"endpoint": "b:10911", "kind": "other"},
+                             {"endpoint": "c:9878", "kind": "controller"}],
+               "calls_by_server": [{"server": "ns:9886", "code_name": "REGISTER_BROKER", "cut": 19},
+                                   {"server": "b:10911", "code_name": "SEND_MESSAGE_V2", "cut": 10004},
+                                   {"server": "c:9878", "code_name": "REGISTER_BROKER", "cut": 2},
+                                   {"server": "ns:9886", "code_name": "GET_ROUTEINFO_BY_TOPIC", "cut": 10}]}
+    assert report._judged_calls(summary) == [{"code_name": "GET_ROUTEINFO_BY_TOPIC", "cut": 10},
+                                             {"code_name": "REGISTER_BROKER", "cut": 21}]
+
+
+def test_brokers_named_by_their_connections_are_counted_as_such() -> None:
+    """At -s 96 (v5-opsrot) no broker's name or address survives: each is named by the connection it
+    registers over, so broker-a-s, killed while registered with two NameServers, was "2 brokers whose
+    connection closed" in the headline (the whole capture: 1 broker, 2x). The count says how many of its
+    names are connections; brokers named by their address are counted as before."""
+    from spark_analysis.decode.rows import cut_broker_addr
+
+    def closed(addr: str, label: str) -> dict:
+        return findings_module._finding("broker_connection_closed", "critical", f"{label} closed", broker=label,
+                                        broker_addr=addr, t=1.0)
+
+    cut = [closed(cut_broker_addr(client), f"? / ? / ? / {cut_broker_addr(client)}")
+           for client in ("127.0.0.1:44406", "127.0.0.1:54060")]
+    found = findings_module.attention(cut)
+    assert found["attention"] == ("1 critical: 2 brokers (2 counted by connection) whose connection closed "
+                                  "without unregistering")
+    assert found["findings"][0]["message"].startswith("2 brokers (2 counted by connection) whose connection")
+    assert found["findings"][0]["by_connection"] == 2
+    named = findings_module.attention([closed("127.0.0.1:11921", "C / broker-a / 1 (SLAVE) / 127.0.0.1:11921")] * 2)
+    assert named["attention"] == "1 critical: 1 broker whose connection closed without unregistering"
+    assert "by_connection" not in named["findings"][0]
+    alone = findings_module.attention(cut[:1])  # one broker is one, whatever names it
+    assert alone["attention"] == "1 critical: 1 broker whose connection closed without unregistering"
+    assert "by_connection" not in alone["findings"][0]

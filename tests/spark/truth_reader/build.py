@@ -264,6 +264,9 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                     st["_cut"] = True
                     logged = {m.group(1) or m.group(2) for _t, line in hits
                               if (m := LOGGED_ADDR.search(line))}
+                    if len(logged) > 1:  # brokers registering seconds apart: the line of its own second
+                        logged = {m.group(1) or m.group(2) for lt, line in hits
+                                  if lt == int(t) and (m := LOGGED_ADDR.search(line))} or logged
                     st["broker_addr_logged"] = logged.pop() if len(logged) == 1 else None
                     if st["broker_addr_logged"] is None:
                         problems.append(f"the log names {sorted(logged) or 'no address'} for the registration at "
@@ -492,7 +495,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         truth["cuts"] = cuts
     if not_captured:
         truth["not_captured"] = not_captured
-    drops = [drop for f in a.files if (drop := dropped(d / f))]
+    # a file whose statistics say it dropped none (dumpcap stopped with its buffer never full) lost nothing
+    drops = [drop for f in a.files if (drop := dropped(d / f)) and drop["dropped"]]
     if drops:
         truth["dropped"] = drops  # what the file's own statistics say the capture dropped
     if a.ring:

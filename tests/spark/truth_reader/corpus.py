@@ -28,6 +28,22 @@ PAUSE = ("broker-a paused with kill -STOP 14:16:12.644Z, resumed with kill -CONT
          "each hold one of them (the -s 64 one cut every packet before its payload)")
 
 
+OPS = ("RocketMQ 5.3.3, two NameServers (:9876, :9877) and broker-a, broker-a-s, broker-b registered with both; "
+       "broker-a-s kill -9; broker-b stops cleanly while a consumer of TopicOnB (on broker-b only) runs: its next "
+       "lookups and a producer's first one fail, the producer's send then goes by TBW102 to broker-a, which "
+       "creates TopicOnB (autoCreateTopicEnable as shipped) and registers it; deleteTopic TopicDel; the whole "
+       "cluster stopped cleanly: broker-a, then :9877, then :9876 (each NameServer's stop closes only its own "
+       "scanAvailableNameSrv connection, its client side first: not in the packets). Three captures ran at once "
+       "on the namespace's loopback, each folder one of them")
+
+
+def _ops(capture: str) -> list[str]:
+    """v5-ops, v5-opsrot and v5-opsng: one run captured three ways at once (they share steps and logs)."""
+    return _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop$", "--stopped", "127.0.0.1:9877=namesrv-9877 stop",
+                "--why", f"127.0.0.1:9877={LAUNCH}", "--note", OPS, "--note", capture, ports="9876,9877",
+                logs=("namesrv.log", "namesrv-9877.log"))
+
+
 def _one(version: str, *extra: str, logs: tuple[str, ...] = ("namesrv.log",), ports: str = "9876",
          why: str = LAUNCH, endpoint: str = "127.0.0.1:9876") -> list[str]:
     return [version, ports, "--logs", *logs, "--why", f"{endpoint}={why}", *extra]
@@ -230,6 +246,12 @@ ARGS: dict[str, list[str]] = {
                  "--bind 127.0.0.1 on the NameServer's port, asked GET / 20 times, one connection each (steps); "
                  "http.log is its access log (20 requests, each answered 200). Nothing on the port speaks "
                  "RocketMQ remoting: no NameServer, its connections unread (HTTP), the port a web server's"],
+    "v5-ops": _ops("tcpdump -i any -s 0 -w v5-ops.pcap: Linux cooked v2, whole packets"),
+    "v5-opsrot": _ops("tcpdump -i any -s 96 -G 30 -Z root -w 'ns-%H%M%S.pcap': Linux cooked v2, every packet "
+                      "longer than 96 bytes cut there (no broker's name, id or address survives: each is named by "
+                      "its connection), six files named as operators name them, read as one capture"),
+    "v5-opsng": _ops("dumpcap -i any -s 200 -w v5-opsng.pcapng: a pcapng of Linux cooked v1 packets cut at 200 "
+                     "bytes, its own statistics saying nothing dropped"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
                    "(python -m twisted_namesrv --compat 5.3.3 --tls-mode enforcing), its clients this project's "
