@@ -277,3 +277,26 @@ def test_sigusr1_before_the_reactor_runs_is_held_not_the_end_of_the_start(tmp_pa
     running, out = _usr1_then_stop(server)
     assert running is None, out
     assert out.count("Received SIGUSR1: the log goes to standard output, no file to reopen") == 2, out
+
+
+def test_sigusr1_in_the_standalone_controllers_start_is_held_too(tmp_path):
+    """``twistd namesrv-controller``: its handler came with its observer, after makeService; a
+    SIGUSR1 while its service was made ended it the same way."""
+    script = """
+import os, signal, sys
+from twisted_namesrv.controller import service
+made = service.ControllerService.__init__
+def init(self, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGUSR1)
+    made(self, *args, **kwargs)
+service.ControllerService.__init__ = init
+from twisted.scripts.twistd import run
+sys.argv = sys.argv[1:]
+run()
+"""
+    log = tmp_path / "controller.log"
+    controller = _started([sys.executable, "-c", script, "twistd", "-n", "--logfile", str(log), "namesrv-controller",
+                           "--port", "0"], tmp_path, "controller listening on", log)
+    running, out = _usr1_then_stop(controller)
+    assert running is None, out
+    assert log.read_text().count(f"Received SIGUSR1, log file reopened: {log}") == 2, log.read_text()
