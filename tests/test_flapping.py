@@ -178,3 +178,87 @@ def test_metrics_and_the_page_say_flapping_while_it_lasts(tmp_path):
     assert ("namesrv_brokers_flapping", (("broker", "broker-a"), ("cluster", "c1"))) not in samples
     assert value(samples, "namesrv_broker_flapping_started_total") == 1
     assert served.api.clusters()["outages"]["brokers_flapping"] == []
+
+
+def test_a_broker_flapping_before_a_restart_flaps_on_after_it(tmp_path, monkeypatch):
+    """FlapWatch lived in memory: after a restart (here a kill -9, the events written by their
+    timer) the broker started again at zero, the gauge and NamesrvBrokerFlapping gone, its next two
+    departures told one by one, then a second "flapping" warning and event, its "since" the
+    restart's.  Its flap is the broker's doing: restored from the page's events, it flaps on."""
+    from tests.web import test_metrics_and_api as web
+    from twisted_namesrv.event_log import EVENTS_SAVE_SECONDS
+
+    first = web.Served(tmp_path)
+    first.service.events.startService()
+    for _ in range(FLAP_DEPARTURES):
+        _, transport = first.broker()
+        first.clock.advance(5)
+        transport.loseConnection()
+        first.clock.advance(5)
+    (before,) = first.api.clusters()["outages"]["brokers_flapping"]
+    first.clock.advance(EVENTS_SAVE_SECONDS)  # written: what a kill -9 now leaves
+    monkeypatch.setattr(web, "START", first.clock.seconds() + 30)  # started again 30 s later
+    with capturedLogs() as logged:
+        again = web.Served(tmp_path)
+    samples = again.scrape()
+    assert web.value(samples, "namesrv_brokers_flapping", cluster="c1", broker="broker-a") == 1
+    assert web.value(samples, "namesrv_broker_flapping_started_total") == 0  # none started in this run
+    (after,) = again.api.clusters()["outages"]["brokers_flapping"]
+    assert (after["addr"], after["since_ms"]) == (before["addr"], before["since_ms"]), (before, after)
+    (line,) = [message_of(e) for e in logged if "flapping" in message_of(e)]
+    assert line.startswith("broker still flapping: cluster=c1 broker=broker-a id=0 addr=" + MASTER), line
+    assert "since before this restart (0.5 min)" in line, line
+    restart = len(again.service.seen.events.recent)
+    _, transport = again.broker()  # it goes on: summarised
+    again.clock.advance(5)
+    transport.loseConnection()
+    again.clock.advance(5)
+    assert [e.kind for e in list(again.service.seen.events.recent)[restart:]] == []
+    assert dict(again.service.seen.flaps.flapping()[0].kinds) == {"registered": 1, "closed": 1}
+    again.clock.advance(FLAP_SETTLE_SECONDS + 5)
+    again.service.seen.flaps.tick()
+    assert [e.kind for e in list(again.service.seen.events.recent)[restart:]] == ["settled"]
+    assert again.api.clusters()["outages"]["brokers_flapping"] == []
+
+
+def test_departures_before_a_restart_count_with_those_after_it_and_none_from_ahead_of_the_clock():
+    """Two departures before the restart and one after, within the window: flapping.  Departures
+    stamped after the wall clock's now (it stepped back since) count for nothing, and a flap that
+    settled before the restart stays settled."""
+    from twisted_namesrv.events import RouteEvent
+
+    now = [10_000.0]
+    told: list[tuple[str, str]] = []
+    watch = FlapWatch(lambda: now[0], lambda: now[0] - 9_000, lambda level, text, fields: told.append((level, text)))
+    info = {"cluster": "c1", "broker": "broker-a", "id": 0, "addr": A}
+    other = {**info, "broker": "broker-b", "addr": B}
+    before = [RouteEvent(1, 9_800.0, "closed", info, 1, 9_800.0),
+              RouteEvent(2, 9_900.0, "expired", info, 1, 9_900.0),
+              RouteEvent(3, 10_050.0, "closed", other, 1, 10_050.0),
+              RouteEvent(4, 10_060.0, "closed", other, 1, 10_060.0),
+              RouteEvent(5, 9_000.0, "flapping", {**other, "reason": "..."}, 1, 9_000.0),
+              RouteEvent(6, 9_100.0, "settled", {**other, "reason": "..."}, 1, 9_100.0)]
+    watch.restore(before)
+    assert watch.flapping() == [] and told == []
+    assert watch.heard("closed", other)  # its two "departures" from ahead of the clock not counted
+    assert watch.flap_of(other) is None
+    assert watch.heard("closed", info)  # the third in 10 minutes
+    assert [f.info["broker"] for f in watch.flapping()] == ["broker-a"] and watch.started == 1
+    assert told[-1][1].startswith("broker flapping: cluster=c1 broker=broker-a")
+    assert "3 departures in 3.3 min" in told[-1][1]
+
+
+def test_a_restored_flap_whose_broker_never_comes_back_settles_saying_so():
+    from twisted_namesrv.events import RouteEvent
+
+    now = [10_000.0]
+    told: list[tuple[str, str]] = []
+    watch = FlapWatch(lambda: now[0], lambda: now[0], lambda level, text, fields: told.append((level, text)))
+    info = {"cluster": "c1", "broker": "broker-a", "id": 0, "addr": A, "reason": "3 departures in 0.4 min"}
+    watch.restore([RouteEvent(1, 9_950.0, "flapping", info, 1, 9_950.0)])
+    assert [f.since for f in watch.flapping()] == [9_950.0] and "reason" not in watch.flapping()[0].info
+    now[0] += FLAP_SETTLE_SECONDS
+    watch.tick()
+    assert watch.flapping() == []
+    assert told[-1][1].startswith("broker settled: cluster=c1 broker=broker-a id=0 addr=10.0.0.1:10911: not back "
+                                  "since the restart (the last restart 5.0 min ago)"), told

@@ -242,3 +242,61 @@ def test_sigusr1_reopens_the_standalone_controllers_log_file(tmp_path):
     running, out = _usr1_then_stop(controller)
     assert running is None, out
     assert f"Received SIGUSR1, log file reopened: {log}" in log.read_text(), out
+
+
+#: a start that gets SIGUSR1 while it reads its stores (logrotate's postrotate in the seconds before
+#: the reactor runs): the service's construction sends it to its own process first
+_USR1_DURING_START = """
+import os, signal, sys
+from twisted_namesrv.service import NamesrvService
+made = NamesrvService.from_config.__func__
+def from_config(cls, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGUSR1)
+    return made(cls, *args, **kwargs)
+NamesrvService.from_config = classmethod(from_config)
+sys.argv = [sys.argv[0]] + sys.argv[1:]
+if sys.argv[1] == "twistd":
+    from twisted.scripts.twistd import run
+    sys.argv = sys.argv[1:]
+    run()
+else:
+    from twisted_namesrv.__main__ import main
+    main(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize("launcher", ["python -m", "twistd"])
+def test_sigusr1_before_the_reactor_runs_is_held_not_the_end_of_the_start(tmp_path, launcher):
+    """The handler that reopens the log was installed once the reactor ran: a SIGUSR1 in the start
+    (the config and the stores read, the ports bound; seconds for big stores) met Python's default
+    action and the server died at once, no line, exit -10 (a supervisor's restart its only trace).
+    It is held from the launcher's first call into ours and acted on once the handler is in."""
+    args = ["twistd", "-n", "namesrv"] if launcher == "twistd" else ["main"]
+    server = _started([sys.executable, "-c", _USR1_DURING_START, *args, "--port", "0", "--data-dir",
+                       str(tmp_path / "d")], tmp_path, "boot success")
+    running, out = _usr1_then_stop(server)
+    assert running is None, out
+    assert out.count("Received SIGUSR1: the log goes to standard output, no file to reopen") == 2, out
+
+
+def test_sigusr1_in_the_standalone_controllers_start_is_held_too(tmp_path):
+    """``twistd namesrv-controller``: its handler came with its observer, after makeService; a
+    SIGUSR1 while its service was made ended it the same way."""
+    script = """
+import os, signal, sys
+from twisted_namesrv.controller import service
+made = service.ControllerService.__init__
+def init(self, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGUSR1)
+    made(self, *args, **kwargs)
+service.ControllerService.__init__ = init
+from twisted.scripts.twistd import run
+sys.argv = sys.argv[1:]
+run()
+"""
+    log = tmp_path / "controller.log"
+    controller = _started([sys.executable, "-c", script, "twistd", "-n", "--logfile", str(log), "namesrv-controller",
+                           "--port", "0"], tmp_path, "controller listening on", log)
+    running, out = _usr1_then_stop(controller)
+    assert running is None, out
+    assert log.read_text().count(f"Received SIGUSR1, log file reopened: {log}") == 2, log.read_text()

@@ -597,3 +597,36 @@ def test_a_reopen_whose_new_file_cannot_be_opened_loses_lines_counted_until_it_c
     writer(_line("three", 1002.0))
     text = (tmp_path / "n.log").read_text()
     assert "1 log lines not written" in text and text.endswith("three\n"), text
+
+
+def test_sigusr1_held_at_start_is_acted_on_once_the_handler_is_in_and_leaves_twistds_check_alone():
+    """Held (logs.UsrOneHeld) from the launcher's first call: counted, not the end of the process; the
+    handler installed after acts on it once; and twistd's own observer (or a --logger factory made
+    as it) still installs its rotation "over None or SIG_DFL" (``not signal.getsignal``)."""
+    import os
+    import signal
+
+    from twisted_namesrv.logs import _on_usr1, hold_usr1_at_start
+
+    class Reactor:
+        def __init__(self):
+            self.calls = []
+
+        def callFromThread(self, act):  # noqa: N802 - Twisted's name
+            self.calls.append(act)
+
+    before = signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    try:
+        assert hold_usr1_at_start()
+        assert not hold_usr1_at_start()  # held once
+        os.kill(os.getpid(), signal.SIGUSR1)  # logrotate's postrotate, mid-start
+        assert not signal.getsignal(signal.SIGUSR1)  # what twistd's file observer checks
+        reactor, acted = Reactor(), []
+        assert _on_usr1(reactor, lambda: acted.append(1))
+        for act in reactor.calls:
+            act()
+        assert acted == [1]
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert len(reactor.calls) == 2
+    finally:
+        signal.signal(signal.SIGUSR1, before)

@@ -20,6 +20,9 @@ USAGE_ERROR = 2
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .logs import hold_usr1_at_start
+
+    hold_usr1_at_start()  # SIGUSR1 (logrotate's postrotate) must not end the start: logs.UsrOneHeld
     from .reactor import install
 
     install()  # the clients' sockets served before the brokers' in a turn (reactor.py), where epoll is

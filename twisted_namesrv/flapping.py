@@ -16,16 +16,24 @@ were summarised, from when to when, and how it was left (registered or gone: a b
 settles gone is an outage the departure alerts tell).  The windows are on the steady clock
 (clocks.py), the times told on the wall clock.  Pure: no Twisted, the clocks and ``tell`` injected;
 ``tick`` is called by a timer the composition root makes.
+
+Across a restart of the NameServer (``restore``, from the page's events kept in ``events.json``): a
+broker that was flapping when it stopped flaps on, since when it started, and settles as any other
+once FLAP_SETTLE_SECONDS pass without its registering or leaving (counted from the restart); the
+departures of the others within the window count on.  Flapping is the broker's doing, not ours: a
+restart of ours fixes nothing of it, and before, it started again at zero, its next two departures
+told one by one, a second "flapping" warning and page event, the gauge (and NamesrvBrokerFlapping)
+gone meanwhile and its "since" the restart's.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import broker_key
+from .events import RouteEvent, broker_key
 from .lost_topics import DEPARTURES, LIMIT
 
 #: departures of one broker within FLAP_WINDOW_SECONDS that make it flapping
@@ -38,6 +46,9 @@ FLAP_SETTLE_SECONDS = 300.0
 FLAP_SUMMARY_SECONDS = 300.0
 #: how often the composition root's timer calls ``tick``
 FLAP_TICK_SECONDS = 5.0
+
+#: a flap restored across a restart, before its broker's first route event since: its ``last_kind``
+RESTART = "restart"
 
 #: route events that bring a broker (back) into brokerLiveTable
 ARRIVALS = frozenset({"registered", "confirmed"})
@@ -126,6 +137,36 @@ class FlapWatch:
                    f"({FLAP_SETTLE_SECONDS / 60:.0f} min without one)",
                    flapping="started", departures=len(times), window_s=round(now - times[0], 3))
 
+    def restore(self, events: Iterable[RouteEvent]) -> None:
+        """The last run's events (event_log.py; oldest first, before any of this run's): a broker
+        whose "flapping" event has no "settled" after it flaps on, said in one line, settling once
+        FLAP_SETTLE_SECONDS pass after the restart without its registering or leaving; the others'
+        departures within the window counted on.  An event stamped ahead of the wall clock (a step
+        back since) is not counted: how long ago it came cannot be told."""
+        now, steady = self.clock(), self.steady()
+        flapping: dict[tuple[Any, Any, Any], RouteEvent] = {}
+        departures: dict[tuple[Any, Any, Any], deque[float]] = {}
+        for event in events:
+            key = event.broker_key
+            if event.kind == "flapping":
+                flapping[key] = event
+                departures.pop(key, None)
+            elif event.kind == "settled":
+                flapping.pop(key, None)
+            elif event.kind in DEPARTURES and key not in flapping and 0 <= now - event.ts < FLAP_WINDOW_SECONDS:
+                departures.setdefault(key, deque()).append(steady - (now - event.ts))
+        for key, times in list(departures.items())[-LIMIT:]:
+            self._departures[key] = times
+        for key, event in list(flapping.items())[-LIMIT:]:
+            info = {name: value for name, value in event.info.items() if name != "reason"}
+            since_steady = steady - max(0.0, now - event.ts)
+            flap = Flap(info, event.ts, since_steady, last_kind=RESTART, last_steady=steady, summary_steady=steady)
+            self.now_flapping[key] = flap
+            self._tell("warn", "still flapping", info,
+                       f"flapping since before this restart ({(steady - since_steady) / 60:.1f} min): its "
+                       f"registrations and departures are summarised here until it settles "
+                       f"({FLAP_SETTLE_SECONDS / 60:.0f} min without one)", flapping="ongoing", restored=True)
+
     def tick(self) -> None:
         """The timer's call: a broker that neither registered nor left for FLAP_SETTLE_SECONDS
         settles; one still flapping is summarised every FLAP_SUMMARY_SECONDS; departures older
@@ -151,7 +192,8 @@ class FlapWatch:
         flap.summary_steady = now
 
     def _settled(self, flap: Flap, now: float) -> None:
-        left = "gone" if flap.last_kind in DEPARTURES else "registered"
+        left = ("gone" if flap.last_kind in DEPARTURES else
+                "not back since the restart" if flap.last_kind == RESTART else "registered")
         quiet = now - flap.last_steady
         self._tell("info", "settled", flap.info,
                    f"{left} (the last {flap.last_kind} {quiet / 60:.1f} min ago) after flapping "

@@ -212,11 +212,46 @@ def usr1_not_ours(reactor: Any, whose: str) -> bool:
 
 
 def _on_usr1(reactor: Any, act: Callable[[], None]) -> bool:
-    """``act`` on each SIGUSR1, in the reactor's thread, when SIGUSR1 is at its default (else none
-    installed: whoever set it keeps it); whether it was installed."""
-    if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+    """``act`` on each SIGUSR1, in the reactor's thread, when SIGUSR1 is at its default or held
+    since the start (hold_usr1_at_start: one that came meanwhile is acted on now, once); else none
+    installed, whoever set it keeps it; whether it was installed."""
+    held = signal.getsignal(signal.SIGUSR1)
+    if held is not signal.SIG_DFL and not isinstance(held, UsrOneHeld):
         return False
     signal.signal(signal.SIGUSR1, lambda number, frame: reactor.callFromThread(act))
+    if isinstance(held, UsrOneHeld) and held.received:
+        reactor.callFromThread(act)
+    return True
+
+
+class UsrOneHeld:
+    """SIGUSR1's handler from the start of a launcher until its own (reopen_on_usr1, usr1_not_ours)
+    is installed once the log is set up: it only counts.  Python's default action for SIGUSR1 ends
+    the process at once, and the start can take seconds (the config and every store read, the
+    ports bound) before the reactor runs: logrotate's ``postrotate`` in that window ended a
+    restarting server, no line, the supervisor's next restart the only trace.
+
+    Falsy, as SIG_DFL (0) is: twistd's own file observer, and an operator's ``--logger`` factory
+    made as it is, install their SIGUSR1 handler only "over None or SIG_DFL" (``not
+    signal.getsignal(...)``), which the start's hold must not stop."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def __call__(self, number: int, frame: Any) -> None:
+        self.received += 1
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def hold_usr1_at_start() -> bool:
+    """From now on until the launcher's own handler is installed, SIGUSR1 is held (UsrOneHeld), not
+    Python's default that ends the process; only when SIGUSR1 is at its default (ignored at start,
+    or handled by a program embedding the server: left as it is); whether it was held."""
+    if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGUSR1, UsrOneHeld())
     return True
 
 

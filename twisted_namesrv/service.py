@@ -297,6 +297,7 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
                                  lost=owners.seen.lost, present=lambda: state.routes.topicQueueTable,
                                  load_refusals=metrics.store_load_refusals)
         events.load()
+        owners.seen.flaps.restore(list(owners.seen.events.recent))  # a broker flapping before flaps on
         topology = TopologyStoreService(state.topology, topology_path(config), reactor,
                                         metrics.store_load_refusals, failures=metrics.store_failures)
         topology.load()

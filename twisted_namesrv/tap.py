@@ -34,6 +34,7 @@ from .logs import (
     LEVELS,
     LogOptionError,
     configured_observer,
+    hold_usr1_at_start,
     reopen_on_usr1,
     rotation,
     usr1_not_ours,
@@ -144,6 +145,7 @@ class Options(usage.Options):
         self.own_logging: str | None = None
 
     def postOptions(self) -> None:
+        hold_usr1_at_start()  # twistd's first call into ours: the config and the stores are read next
         self.controller_port()
         if self["log-format"] not in FORMATS:
             raise usage.UsageError(f"--log-format: {self['log-format']} is not one of {', '.join(FORMATS)}")

@@ -22,7 +22,7 @@ from ..launch import (
     umask_from,
     warn_of,
 )
-from ..logs import configured_observer, reopen_on_usr1, usr1_not_ours
+from ..logs import configured_observer, hold_usr1_at_start, reopen_on_usr1, usr1_not_ours
 from ..state.config import ConfigError, ConfigSchema, check_file_keys, read_properties_file
 from .config import CONTROLLER_KEY_NAMES, ControllerConfig, ControllerConfigError
 
@@ -43,6 +43,7 @@ class Options(usage.Options):
     own_logging: str | None = None
 
     def postOptions(self) -> None:
+        hold_usr1_at_start()  # until the log is set up (logs.py), SIGUSR1 must not end the start
         self.own_logging = take_over_twistd_logging(self)  # escaped lines (logs.py), to twistd's --logfile or stdout
         props: dict[str, str] = {}
         if self["configFile"]:
