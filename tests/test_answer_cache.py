@@ -149,6 +149,19 @@ def lookup(protocol, transport, opaque: int) -> bytes:
     return transport.value()
 
 
+def twin_lookup(kept, reference, ext: dict[str, str], opaque: int, version: int = 409) -> bytes:
+    """One route lookup sent to a server keeping answers and to one keeping none (each a protocol
+    and its transport): both answer the same bytes, returned."""
+    request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, opaque=opaque, version=version)
+    answers = []
+    for protocol, transport in (kept, reference):
+        transport.clear()
+        protocol.dataReceived(request.encode())
+        answers.append(transport.value())
+    assert answers[0] == answers[1]
+    return answers[0]
+
+
 def send(protocol, code: int, ext=None, body=None) -> None:
     protocol.dataReceived(RemotingCommand.request(code, ext, body, version=409).encode())
 
@@ -495,13 +508,7 @@ def test_the_kept_answer_frames_are_bounded_in_bytes(tmp_path, monkeypatch) -> N
     answers = protocol.factory.dispatcher.state.answers
 
     def both(ext: dict[str, str], opaque: int) -> bytes:
-        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, opaque=opaque, version=409)
-        transport.clear()
-        reference_transport.clear()
-        protocol.dataReceived(request.encode())
-        reference.dataReceived(request.encode())
-        assert transport.value() == reference_transport.value()
-        return transport.value()
+        return twin_lookup((protocol, transport), (reference, reference_transport), ext, opaque)
 
     assert len(both({"topic": "T0"}, 1)) > 9_000
     both({"topic": "T0"}, 2)
@@ -559,13 +566,7 @@ def test_answer_ends_made_anew_as_a_route_changes_count_against_the_budget(tmp_p
     answers = protocol.factory.dispatcher.state.answers
 
     def both(ext: dict[str, str], opaque: int) -> bytes:
-        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, opaque=opaque, version=409)
-        transport.clear()
-        reference_transport.clear()
-        protocol.dataReceived(request.encode())
-        reference.dataReceived(request.encode())
-        assert transport.value() == reference_transport.value()
-        return transport.value()
+        return twin_lookup((protocol, transport), (reference, reference_transport), ext, opaque)
 
     most = 0
     for n in range(300):
@@ -661,14 +662,7 @@ def test_the_kept_route_bodies_are_bounded_in_bytes(tmp_path, monkeypatch, compa
     answers = protocol.factory.dispatcher.state.answers
 
     def both(topic: str, version: int, opaque: int) -> bytes:
-        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, opaque=opaque,
-                                          version=version)
-        transport.clear()
-        reference_transport.clear()
-        protocol.dataReceived(request.encode())
-        reference.dataReceived(request.encode())
-        assert transport.value() == reference_transport.value()
-        return transport.value()
+        return twin_lookup((protocol, transport), (reference, reference_transport), {"topic": topic}, opaque, version)
 
     assert len(both("T0", 409, 1)) > 3_000
     opaque = 2
