@@ -18,7 +18,7 @@ from twisted.internet.task import deferLater
 
 from tests.test_processor import Namesrv, body_json
 from twisted_namesrv import processor
-from twisted_namesrv.apart import BuildsApart
+from twisted_namesrv.apart import Behind, BuildsApart
 from twisted_namesrv.bodies import route
 from twisted_namesrv.bodies.route import topic_list_body
 from twisted_namesrv.context import Peer
@@ -122,6 +122,49 @@ def test_builds_run_in_a_thread_one_at_a_time_and_asks_for_one_not_begun_share_i
     assert (yield first) == b"a" and (yield other) == b"b"
     assert (yield again) == (yield joined) == b"a again"  # one build, begun by the first ask waiting
     assert ran == begun == ["a", "a again", "b"]
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_whole_list_waits_for_the_build_under_way_not_for_every_clusters():
+    """Many connections each asking a different cluster's list (any peer that may register makes
+    clusters) queued that many builds, and the whole list asked after them waited for them all;
+    a cluster's list waits ``Behind``: the whole list begins next, the clusters' after it, in the
+    order asked, and an ask for one already waiting still shares it."""
+    apart = BuildsApart(reactor)
+    gate = threading.Event()
+    begun: list[object] = []
+
+    def make(name: object):
+        def begin():
+            begun.append(name)
+            return lambda: (gate.wait(10), str(name).encode())[1]
+        return begin
+    under_way = apart.build("all", make("all"))
+    clusters = [apart.build(Behind(("cluster", index)), make(index)) for index in range(3)]
+    shared = apart.build(Behind(("cluster", 1)), make("1 again"))
+    whole = apart.build("all", make("all again"))
+    assert apart.waiting() == ["all", *(Behind(("cluster", index)) for index in range(3))]
+    gate.set()
+    assert (yield under_way) == b"all" and (yield whole) == b"all again"
+    assert (yield defer.gatherResults(clusters)) == [b"0", b"1", b"2"] and (yield shared) == b"1"
+    assert begun == ["all", "all again", 0, 1, 2]
+
+
+def test_a_clusters_list_is_built_behind_the_others(tmp_path):
+    """GET_TOPICS_BY_CLUSTER asks for its build ``Behind``; the whole list and the unit lists do not."""
+    ns = Namesrv(tmp_path)
+    ns.register(cluster="c1", topics=("T1",))
+    keys: list[object] = []
+
+    def build_apart(key, begin):
+        keys.append(key)
+        return defer.succeed(begin()())
+    ns.state.build_apart = build_apart
+    ns.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "c1"})
+    ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    ns.call(RequestCode.GET_UNIT_TOPIC_LIST)
+    assert keys == [Behind((RequestCode.GET_TOPICS_BY_CLUSTER, "c1")), RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+                    RequestCode.GET_UNIT_TOPIC_LIST]
 
 
 def held_builds(monkeypatch, builds: list[list[str]] | None = None) -> tuple[threading.Event, threading.Event]:

@@ -64,6 +64,7 @@ from typing import Any
 import msgspec
 
 from .bodies.register import mapping_version_span
+from .cluster_info import ClusterInfoPieces
 from .remoting import RemotingCommand, SerializeType
 from .remoting.crc import crc32_masked_steps
 from .remoting.header import KEPT_HEADER_MAX, OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
@@ -225,6 +226,8 @@ class AnswerCache:
         #: (MAX_CLUSTER_LISTS_BYTES)
         self._cluster_lists: list[Hashable] = []
         self.cluster_lists_bytes = 0
+        #: GET_BROKER_CLUSTER_INFO's pieces (cluster_info.py): a group's change re-encodes its entry only
+        self.cluster_info_pieces = ClusterInfoPieces()
         #: GET_KVLIST_BY_NAMESPACE's bodies by namespace, with the namespace's table they were made
         #: of (KVConfigManager never changes one in place: a body is current while its table is)
         self.kv_lists: dict[str, tuple[Mapping[str, str], bytes]] = {}
@@ -244,7 +247,7 @@ class AnswerCache:
     def holds(self) -> bool:
         """Whether anything is kept that a route change could make stale (the kept frames are
         kept with their topic's bodies)."""
-        return bool(self.routes or self.tables[TOPIC] or self.tables[BROKER])
+        return bool(self.routes or self.tables[TOPIC] or self.tables[BROKER] or self.cluster_info_pieces.brokers)
 
     def changed(self, change: RouteChange) -> None:
         """RouteInfoManager's changes, each once complete: drop what it reaches.  The work is the
@@ -265,6 +268,8 @@ class AnswerCache:
                     self._drop_routes(topic)
             if self.tables[BROKER]:
                 self.tables[BROKER].clear()
+            if self.cluster_info_pieces.brokers:
+                self.cluster_info_pieces.forget([*change.brokers, *change.left])
         if change.left:  # their topics may have left with them
             self._drop_topic_tables()
 
@@ -311,6 +316,8 @@ class AnswerCache:
             self._drop_every_route()
         self._drop_topic_tables()
         self.tables[BROKER].clear()
+        if self.cluster_info_pieces.brokers:
+            self.cluster_info_pieces.clear()
 
     def _drop_every_route(self) -> None:
         """Every kept route body, and the answer frames kept from them (each holds its topic's rest)."""
@@ -345,6 +352,16 @@ class AnswerCache:
             if self.keep:
                 kept[key] = body
         return body
+
+    def cluster_info(self, key: Hashable, build: Callable[[], bytes], pieces: Callable[[ClusterInfoPieces], bytes]
+                     ) -> bytes:
+        """GET_BROKER_CLUSTER_INFO's body, kept under ``key`` like a table that shows brokers: joined
+        of the kept pieces (``pieces``, cluster_info.py) when missing, so a change of one group
+        re-encodes that group's entry, not every group's; ``build`` (the general path) when nothing
+        is kept (``keep=False``, the reference)."""
+        if not self.keep:
+            return build()
+        return self.table(key, BROKER, lambda: pieces(self.cluster_info_pieces))
 
     def kept_topics(self, key: Hashable) -> bytes | None:
         """A topic list kept under ``key``."""

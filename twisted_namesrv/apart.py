@@ -15,6 +15,10 @@ runs.  A build waiting its turn holds nothing but who waits for it, and the asks
 has not begun (the same key) share it: whatever peers ask for and change meanwhile, at most one
 build of a key waits beside the one under way, and it answers with the names of its beginning,
 never older than any ask it answers.  An ask while one is under way waits for the next.
+Keys that peers make by the thousand (a cluster's topic list: any peer that may register makes
+clusters) are asked for wrapped in ``Behind``: those builds begin only when no other waits, so many
+connections each asking a different cluster's list queue that many builds behind the one under way,
+and an operator's whole topic list (one key, shared) waits for that one, not for all of them.
 An ask cancelled before its build begins (the status page's search whose client went away) is
 let go: a build no one waits for any more is never begun, and nothing of it is held.
 On a clock without threads (a test's ``task.Clock``) a build is made at once.
@@ -23,7 +27,7 @@ On a clock without threads (a test's ``task.Clock``) a build is made at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from twisted.internet import defer, interfaces, threads
 from twisted.python.failure import Failure
@@ -34,6 +38,12 @@ T = TypeVar("T")
 Begin = Callable[[], Callable[[], T]]
 
 
+class Behind(NamedTuple):
+    """A key of builds that wait behind every other build not begun (module docstring)."""
+
+    key: Hashable
+
+
 class BuildsApart:
     """``build(key, begin)``: a Deferred of what ``begin()()`` returns, made in a thread of ``reactor``'s pool."""
 
@@ -42,33 +52,37 @@ class BuildsApart:
         #: each build not begun yet, in the order first asked: its ``begin`` and who waits for it
         #: (asks for it meanwhile join it)
         self._waiting: dict[Hashable, tuple[Begin[Any], list[defer.Deferred[Any]]]] = {}
+        #: the same for keys asked for ``Behind``: begun only when none of the others waits
+        self._behind: dict[Hashable, tuple[Begin[Any], list[defer.Deferred[Any]]]] = {}
         self._running = False
 
     def build(self, key: Hashable, begin: Begin[T]) -> defer.Deferred[T]:
         if not interfaces.IReactorThreads.providedBy(self.reactor):
             return at_once(key, begin)
-        pending = self._waiting.get(key)
+        waiting = self._behind if isinstance(key, Behind) else self._waiting
+        pending = waiting.get(key)
         if pending is None:
-            pending = self._waiting[key] = (begin, [])
+            pending = waiting[key] = (begin, [])
         told = pending[1]
 
         def cancelled(mine: defer.Deferred[T]) -> None:
             """Not waited for any more: let go, and the build too if no one else waits (not begun)."""
             if mine in told:
                 told.remove(mine)
-                if not told and self._waiting.get(key) is pending:
-                    del self._waiting[key]
+                if not told and waiting.get(key) is pending:
+                    del waiting[key]
         mine: defer.Deferred[T] = defer.Deferred(cancelled)
         told.append(mine)
         self._next()
         return mine
 
     def _next(self) -> None:
-        """Begin the build asked for first, unless one is under way."""
-        if self._running or not self._waiting:
+        """Begin the build asked for first (not ``Behind`` before one that is), unless one is under way."""
+        waiting = self._waiting or self._behind
+        if self._running or not waiting:
             return
-        key = next(iter(self._waiting))
-        begin, told = self._waiting.pop(key)  # begun: an ask from now on waits for the next
+        key = next(iter(waiting))
+        begin, told = waiting.pop(key)  # begun: an ask from now on waits for the next
         self._running = True
         reactor: interfaces.IReactorThreads = self.reactor  # type: ignore[assignment]
         try:
@@ -91,8 +105,8 @@ class BuildsApart:
         made.addBoth(done)
 
     def waiting(self) -> list[Hashable]:
-        """The keys of the builds asked for and not begun yet, in the order they begin."""
-        return list(self._waiting)
+        """The keys of the builds asked for and not begun yet, in the order they begin (as things stand)."""
+        return [*self._waiting, *self._behind]
 
 
 def at_once(key: Hashable, begin: Begin[T]) -> defer.Deferred[T]:
