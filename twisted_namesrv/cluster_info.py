@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from .bodies.route import BrokerData
 from .remoting import fastjson
-from .remoting.fastjson import java_spread, table_size
+from .remoting.fastjson import bucket_order, java_spread, table_size
 
 #: the names remembered (JSON string, hash) beyond twice those the tables hold, past which they start over
 SPARE_NAMES = 1024
@@ -115,8 +115,6 @@ class ClusterInfoPieces:
 def _ordered(keys: list[str], names: Mapping[str, tuple[int, bytes]], entries: Mapping[str, bytes],
              table: int) -> list[bytes]:
     """The entries of ``keys`` (in their insertion order) as a Java hash table of ``table`` buckets
-    iterates them (``java_hash_order``'s order: by bucket, then insertion), from the remembered
-    hashes: one stable sort in C, no call per key."""
-    mask = table - 1
-    buckets = [names[key][0] & mask for key in keys]
-    return [entries[keys[i]] for i in sorted(range(len(keys)), key=buckets.__getitem__)]
+    iterates them (fastjson.bucket_order, the codec's one rule of that order), from the remembered
+    hashes: no hash worked out again, no call per key."""
+    return [entries[keys[i]] for i in bucket_order([names[key][0] for key in keys], table - 1)]
