@@ -55,6 +55,7 @@ from .metrics import Metrics
 from .observations import Observations
 from .outages import HealthWatch, RouteHealth
 from .peers import PeersService, peer_addresses
+from .processor import waiting_for_service
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
@@ -536,12 +537,16 @@ class NamesrvService(service.MultiService):
         broker groups that were up when it last saved its topology (state/topology.py) routed again -
         registered since the start or restored from the route snapshot - or ``readinessBrokerWait``
         ms past the start: a group that stays down must not keep every NameServer unready for ever,
-        and one that was down before the restart is an outage, not a reason to wait."""
+        and one that was down before the restart is an outage, not a reason to wait.  Nor while
+        ``needWaitForService`` holds route lookups ("name server not ready", as Java's 5.x): ready
+        then sent a Service's clients, and an operator restarting NameServers one by one, to one
+        that answers no route yet (processor.waiting_for_service, the one rule for both)."""
         health = self.health.health() if health is None else health
         return {**self.liveness(), "kv_loaded": self.state.kv is not None,
                 "route_snapshot_loaded": self.snapshots is None or self.snapshots.loaded,
                 "started": bool(self.running), "not_stopping": not self.stopping,
-                "broker_groups_back": not health.rejoin_left or not health.not_back}
+                "broker_groups_back": not health.rejoin_left or not health.not_back,
+                "route_lookups_answered": not waiting_for_service(self.state)}
 
     def readiness_details(self, health: RouteHealth | None = None) -> dict[str, Any]:
         """What /readyz says beside its checks: "N of M known broker groups back"."""

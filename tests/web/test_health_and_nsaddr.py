@@ -81,6 +81,24 @@ def test_readyz_fails_naming_the_check_once_stopping_and_healthz_when_a_listener
 
 
 @pytest_twisted.inlineCallbacks
+def test_readyz_is_not_ready_while_route_lookups_are_held_after_the_start(tmp_path):
+    """needWaitForService=true (5.x) answers every route lookup "name server not ready" for
+    waitSecondsForService after the start. /readyz said 200 meanwhile: in a rolling restart of three
+    NameServers (the 5.3.3 proxy and broker of ../shared/refrig), each was "ready" 20-23 s before it
+    answered a route, so an operator waiting for /readyz went on to the next one while the last still
+    answered none, and a Service sent clients to it."""
+    service, _, base = yield started(tmp_path, needWaitForService=True, waitSecondsForService=45)
+    try:
+        code, _, body = yield get(base + "/readyz")
+        assert code == 503 and json.loads(body)["failing"] == ["route_lookups_answered"]
+        service.state.uptime = lambda: 45.0  # the wait is over: lookups answered, ready
+        code, _, body = yield get(base + "/readyz")
+        assert code == 200 and json.loads(body)["checks"]["route_lookups_answered"]
+    finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
 def test_nsaddr_answers_the_servers_own_address_by_default_in_both_forms(tmp_path):
     service, port, base = yield started(tmp_path)
     try:
