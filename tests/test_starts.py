@@ -13,23 +13,26 @@ import pytest
 import pytest_twisted
 
 from tests.support import server_config, start_server
-from twisted_namesrv.starts import LIMIT, STARTS_FILE, count_start
+from twisted_namesrv.starts import LIMIT, STARTS_FILE, Counted, count_clean_stop, count_start
 
 
 def counted(path) -> tuple[int, Counter, Counter]:
     failures, refusals = Counter(), Counter()
-    return count_start(path, failures, refusals), failures, refusals
+    return count_start(path, failures, refusals).starts, failures, refusals
 
 
 def test_each_start_adds_one_to_the_count_in_the_file(tmp_path):
     path = tmp_path / "data" / STARTS_FILE
     assert [counted(path)[0] for _ in range(3)] == [1, 2, 3]
-    assert json.loads(path.read_text()) == {"starts": 3}
+    assert json.loads(path.read_text()) == {"starts": 3, "unclean": 2, "running": True}  # none stopped cleanly
 
 
 @pytest.mark.parametrize(("content", "reason"), [
     (b'{"starts": 4', "corrupt"), (b'{"starts": -1}', "corrupt"), (b'{"starts": "7"}', "corrupt"),
-    (b'{"starts": true}', "corrupt"), (b"[]", "corrupt"), (b"\x00" * 10, "corrupt"), (b"[" * LIMIT, "corrupt"),
+    (b'{"starts": true}', "corrupt"), (b"[]", "corrupt"), (b'"starts"', "corrupt"),
+    (b'{"starts": 4, "unclean": -1, "running": false}', "corrupt"),
+    (b'{"starts": 4, "unclean": 1, "running": 1}', "corrupt"),
+    (b"\x00" * 10, "corrupt"), (b"[" * LIMIT, "corrupt"),
     (b"\xff\xfe", "corrupt"),
     (b" " * (LIMIT + 1), "too_big"),
 ])
@@ -38,7 +41,7 @@ def test_a_file_that_is_not_a_count_starts_it_again_counted(tmp_path, content, r
     path.write_bytes(content)
     starts, failures, refusals = counted(path)
     assert (starts, failures, refusals) == (1, Counter(), Counter({("starts", reason): 1}))
-    assert json.loads(path.read_text()) == {"starts": 1}
+    assert json.loads(path.read_text()) == {"starts": 1, "unclean": 0, "running": True}
 
 
 def test_a_fifo_in_its_place_is_not_read(tmp_path):
@@ -65,4 +68,51 @@ def test_every_start_of_a_server_on_its_data_dir_is_counted_and_served(tmp_path)
             assert service.metrics.starts == expected
         finally:
             yield service.stopService()
-    assert json.loads((tmp_path / STARTS_FILE).read_text()) == {"starts": 2}
+    assert json.loads((tmp_path / STARTS_FILE).read_text()) == {"starts": 2, "unclean": 0, "running": False}
+
+
+def test_only_a_start_after_a_run_that_did_not_stop_cleanly_is_unclean(tmp_path):
+    """Three rolling restarts in 15 minutes (every NameServer stopped cleanly three times) paged
+    NamesrvRestarting (critical, "it keeps dying") on every NameServer, live with the 5.3.3 rig:
+    the count could not tell them from a crash loop. A run that stops cleanly says so in the file."""
+    path, failures = tmp_path / STARTS_FILE, Counter()
+    first = count_start(path, failures, Counter())
+    count_clean_stop(path, first, failures)  # SIGTERM: stopped cleanly
+    second = count_start(path, failures, Counter())
+    assert (first, second) == (Counted(1, 0), Counted(2, 0))
+    third = count_start(path, failures, Counter())  # the second was killed: no clean stop's mark
+    assert third == Counted(3, 1) and not failures
+
+
+def test_a_file_of_a_server_before_the_clean_stops_mark_counts_its_last_run_clean(tmp_path):
+    path = tmp_path / STARTS_FILE
+    path.write_text('{"starts": 5}')  # an upgrade in place: no false unclean start
+    assert count_start(path, Counter(), Counter()) == Counted(6, 0)
+
+
+def test_a_clean_stop_that_cannot_be_marked_is_counted_unclean_next_time(tmp_path):
+    path, failures = tmp_path / STARTS_FILE, Counter()
+    first = count_start(path, failures, Counter())
+    (tmp_path / (STARTS_FILE + ".tmp")).mkdir()  # the save's temp file cannot be made (EISDIR, root or not)
+    count_clean_stop(path, first, failures)
+    assert sum(failures.values()) == 1 and next(iter(failures))[0] == "starts"
+    (tmp_path / (STARTS_FILE + ".tmp")).rmdir()
+    assert count_start(path, failures, Counter()) == Counted(2, 1)
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_server_marks_its_clean_stop_and_serves_its_unclean_starts(tmp_path):
+    service, _ = yield start_server(server_config(tmp_path))
+    yield service.stopService()  # a clean stop
+    service, _ = yield start_server(server_config(tmp_path))
+    try:
+        assert (service.metrics.starts, service.metrics.unclean_starts) == (2, 0)
+        assert json.loads((tmp_path / STARTS_FILE).read_text())["running"] is True
+    finally:
+        service.counted = None  # as a kill -9: the stop never marks it
+        yield service.stopService()
+    service, _ = yield start_server(server_config(tmp_path))
+    try:
+        assert (service.metrics.starts, service.metrics.unclean_starts) == (3, 1)
+    finally:
+        yield service.stopService()

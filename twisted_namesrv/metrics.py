@@ -74,6 +74,8 @@ class Metrics:
     store_load_refusals: Counter = field(default_factory=Counter)
     #: starts on this data directory, this one included (starts.py: kept in its file across restarts)
     starts: int = 0
+    #: those of them after a run that did not stop cleanly (killed, crashed), this one included if so
+    unclean_starts: int = 0
     #: reloads of aclAccountsFile that did not load, so the accounts read before stay (service.reload_acl)
     acl_reload_failures: int = 0
     #: log lines its file (or stdout) refused, by errno name: the log writer's own count (logs.LineWriter.lost),

@@ -62,7 +62,7 @@ from .remoting.fastjson import java_utf8
 from .remoting.foreign import HTTP, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
-from .starts import count_start, starts_path
+from .starts import Counted, count_clean_stop, count_start, starts_path
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.costly import KeepTimers
@@ -480,6 +480,7 @@ class NamesrvService(service.MultiService):
         self.web: Listener | None = None
         self.stopping = False
         self.data_lock: StoreLock | None = None  # the stores' directories, locked while serving
+        self.counted: Counted | None = None  # this start in starts.json, until the clean stop's mark
         self.peers: PeersService | None = None
         if config["metricsPort"]:
             # the HTTP side (twisted.web, prometheus_client: about 5 MB of resident memory) is imported only
@@ -610,8 +611,9 @@ class NamesrvService(service.MultiService):
             log.warn("{warning}", warning=warning)
         self._lock_and_bind()  # python -m twisted_namesrv starts without the privileged step
         # counted once bound, the data dir locked, and as the user that runs (not twistd's privileged step)
-        self.metrics.starts = count_start(starts_path(self.config), self.metrics.store_failures,
-                                          self.metrics.store_load_refusals)
+        self.counted = count_start(starts_path(self.config), self.metrics.store_failures,
+                                   self.metrics.store_load_refusals)
+        self.metrics.starts, self.metrics.unclean_starts = self.counted
         super().startService()
         address = self.remoting.port.getHost()
         self.state.listen_address = host_port(address.host, address.port)
@@ -650,6 +652,10 @@ class NamesrvService(service.MultiService):
         return d.addBoth(self._unlock_stores)
 
     def _unlock_stores(self, result: object) -> object:
-        """Once the stores' last writes are made (the children's stops): the next server may start."""
+        """Once the stores' last writes are made (the children's stops): this run marked stopped
+        cleanly (starts.py: the next start is not an unclean one), and the next server may start."""
+        if self.counted is not None:
+            count_clean_stop(starts_path(self.config), self.counted, self.metrics.store_failures)
+            self.counted = None
         self._release_lock()
         return result

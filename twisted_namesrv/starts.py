@@ -15,13 +15,24 @@ it (nothing answers).  The file fails as the stores do: one that does not read (
 regular file, too big) starts the count again, a warning and a count in
 ``namesrv_store_load_refusals_total{store="starts"}``; a save that fails (a full disk, a read-only
 volume) is a warning and a count in ``namesrv_store_write_failures_total{store="starts"}``, and the
-server starts all the same, the count then this run's alone."""
+server starts all the same, the count then this run's alone.
+
+A start is *unclean* when the run before it did not stop cleanly: the file says "running" from each
+start until the clean stop's last step (SIGTERM, SIGINT, SIGHUP: the listeners closed, the stores'
+last writes made) says otherwise, so a run killed (SIGKILL, an OOM kill), crashed or cut off by a
+power loss leaves it saying "running", and the next start counts one more in ``unclean``
+(``namesrv_unclean_starts_total``).  ``NamesrvRestarting`` counts those: three rolling restarts
+within 15 minutes (an upgrade, a rollback, a configuration change: every NameServer stopped
+cleanly three times) paged critical on every NameServer, "it keeps dying".  A clean stop whose mark
+cannot be written (a full disk) is counted unclean at the next start: the error is on the safe
+side.  A file written before this count (``{"starts": N}`` alone) counts its last run clean."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 from twisted.logger import Logger
 
@@ -43,37 +54,63 @@ def starts_path(config: NamesrvConfig) -> Path:
     return Path(config["kvConfigPath"]).with_name(STARTS_FILE)
 
 
-def count_start(path: Path, failures: Counter[tuple[str, str]], refusals: Counter[tuple[str, str]]) -> int:
-    """This start counted in ``path``: the starts before it (0 for none, or a file not read) plus
-    one, written back; the count."""
-    started = _read(path, refusals) + 1
+class Counted(NamedTuple):
+    """What ``starts.json`` says once this start is counted."""
+
+    #: starts on the directory, this one included
+    starts: int
+    #: starts after a run that did not stop cleanly, this one included if so
+    unclean: int
+
+
+def count_start(path: Path, failures: Counter[tuple[str, str]], refusals: Counter[tuple[str, str]]) -> Counted:
+    """This start counted in ``path`` (the starts before it, 0 for none or a file not read, plus one;
+    one more unclean start if the run before it did not stop cleanly), written back as running."""
+    before, running = _read(path, refusals)
+    counted = Counted(before.starts + 1, before.unclean + (1 if running else 0))
+    _write(path, counted, True, failures, "namesrv_starts_total counts this run's start only")
+    return counted
+
+
+def count_clean_stop(path: Path, counted: Counted, failures: Counter[tuple[str, str]]) -> None:
+    """The clean stop's mark: the run counted as ``counted`` is not running any more."""
+    _write(path, counted, False, failures, "the next start counts this clean stop as unclean")
+
+
+def _write(path: Path, counted: Counted, running: bool, failures: Counter[tuple[str, str]], meaning: str) -> None:
+    content = {"starts": counted.starts, "unclean": counted.unclean, "running": running}
     try:
-        write_atomically(path, json.dumps({"starts": started}).encode(), STORE)
+        write_atomically(path, json.dumps(content).encode(), STORE)
     except StoreError as exc:
         failures[STORE, exc.errno_name] += 1
-        log.warn("{error}; namesrv_starts_total counts this run's start only", error=str(exc))
-    return started
+        log.warn("{error}; {meaning}", error=str(exc), meaning=meaning)
 
 
-def _read(path: Path, refusals: Counter[tuple[str, str]]) -> int:
-    """The starts ``path`` counts: 0 without the file (a first start), and, said and counted, for
-    one that is not a count this server writes."""
+def _read(path: Path, refusals: Counter[tuple[str, str]]) -> tuple[Counted, bool]:
+    """The counts ``path`` holds and whether its last run was still running (did not stop cleanly):
+    none without the file (a first start) and, said and counted, for one that is not a count this
+    server writes; a file of a server before the clean stops' mark (``starts`` alone): not running."""
     try:
-        starts = json.loads(read_regular(path, LIMIT))["starts"]
+        content = json.loads(read_regular(path, LIMIT))
+        starts, unclean, running = content["starts"], content.get("unclean", 0), content.get("running", False)
     except FileNotFoundError:
-        return 0
+        return Counted(0, 0), False
     except FileTooBig:
         reason = "too_big"
     except NotRegularFile:
         reason = "not_regular"
     except OSError as exc:
         reason = f"unreadable: {errno_name(exc)}"
-    except (ValueError, TypeError, KeyError, RecursionError):  # (nested too deeply: within 4 KiB it can be)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # (nested too deeply: within 4 KiB)
         reason = "corrupt"
     else:
-        if type(starts) is int and starts >= 0:
-            return starts
+        if _count(starts) and _count(unclean) and type(running) is bool:
+            return Counted(starts, unclean), running
         reason = "corrupt"
     log.warn("{path} is not read ({reason}): namesrv_starts_total starts again", path=str(path), reason=reason)
     refusals[STORE, reason.partition(":")[0]] += 1
-    return 0
+    return Counted(0, 0), False
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0

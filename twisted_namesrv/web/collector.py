@@ -98,6 +98,9 @@ class NamesrvCollector(Collector):
         yield CounterMetricFamily("namesrv_starts", "Starts of a NameServer on this data directory, this one "
                                   "included, counted in its starts.json across restarts: a crash loop faster "
                                   "than the scrapes shows here", value=metrics.starts)
+        yield CounterMetricFamily("namesrv_unclean_starts", "Starts of those after a run that did not stop cleanly "
+                                  "(killed, crashed: the clean stop's mark never written), this one included if so: "
+                                  "a crash loop, where rolling restarts are not", value=metrics.unclean_starts)
         yield CounterMetricFamily("namesrv_acl_reload_failures", "Reloads of aclAccountsFile that did not load (half "
                                   "written, bad YAML, not a regular file): the accounts read before stay",
                                   value=metrics.acl_reload_failures)
