@@ -116,3 +116,36 @@ def test_a_server_marks_its_clean_stop_and_serves_its_unclean_starts(tmp_path):
         assert (service.metrics.starts, service.metrics.unclean_starts) == (3, 1)
     finally:
         yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_start_after_a_run_that_did_not_stop_cleanly_says_so_in_its_log_and_on_the_page(tmp_path):
+    """The page's "started" line read the same after a SIGTERM and after a kill -9: someone sent
+    there by NamesrvRestarting could not tell which runs ended how."""
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    lines: list[str] = []
+    observer = lambda event: lines.append(formatEvent(event))  # noqa: E731
+    service, _ = yield start_server(server_config(tmp_path))
+    service.seen.events.feed_event("note", {"reason": "an event before the restarts"})
+    yield service.stopService()  # a clean stop: its restart says nothing of how
+    service, _ = yield start_server(server_config(tmp_path))
+    try:
+        started = [e.info["reason"] for e in service.seen.events.recent if e.kind == "started"]
+        assert len(started) == 1 and "did not stop cleanly" not in started[0]
+    finally:
+        service.counted = None  # as a kill -9: the stop never marks it
+        yield service.stopService()
+    globalLogPublisher.addObserver(observer)
+    try:
+        service, _ = yield start_server(server_config(tmp_path))
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    try:
+        started = [e.info["reason"] for e in service.seen.events.recent if e.kind == "started"]
+        assert started[-1].startswith("NameServer restarted (twisted-namesrv ")
+        assert "after a run that did not stop cleanly (killed, crashed" in started[-1]
+        warned = [line for line in lines if "did not stop cleanly" in line]
+        assert len(warned) == 1 and "namesrv_unclean_starts_total 1" in warned[0]
+    finally:
+        yield service.stopService()

@@ -146,8 +146,9 @@ class EventLogService(StepTimerService):
         self._failing = False
         self.load_refusals: Counter[tuple[str, str]] = Counter() if load_refusals is None else load_refusals
 
-    def load(self) -> int:
-        """Restore the events of the last run, then record this start; how many were restored."""
+    def load(self, how: str = "") -> int:
+        """Restore the events of the last run, then record this start (``how``: after what, told in its
+        line, starts.py's UNCLEAN or nothing); how many were restored."""
         restored: list[RouteEvent] = []
         if self.path.exists():
             try:
@@ -169,8 +170,9 @@ class EventLogService(StepTimerService):
         self._saved = self.events.seen  # nothing new yet: a start that fails writes nothing
         if restored:  # the line between the last run's events and this one's
             self.events.restore(restored)
-            self.events.feed_event("started", {"reason": f"NameServer restarted (twisted-namesrv {__version__}); "
-                                                f"the {len(restored)} events below are from before"})
+            after = f" {how}" if how else ""
+            self.events.feed_event("started", {"reason": f"NameServer restarted (twisted-namesrv {__version__})"
+                                                f"{after}; the {len(restored)} events below are from before"})
         return len(restored)
 
     def save_if_changed(self, now: bool = False) -> None:

@@ -62,7 +62,7 @@ from .remoting.fastjson import java_utf8
 from .remoting.foreign import HTTP, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
-from .starts import Counted, count_clean_stop, count_start, starts_path
+from .starts import UNCLEAN, Counted, count_clean_stop, count_start, last_run_unclean, starts_path
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.costly import KeepTimers
@@ -297,7 +297,7 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
         events = EventLogService(owners.seen.events, events_path(config), reactor, failures=metrics.store_failures,
                                  lost=owners.seen.lost, present=lambda: state.routes.topicQueueTable,
                                  load_refusals=metrics.store_load_refusals)
-        events.load()
+        events.load(UNCLEAN if last_run_unclean(starts_path(config)) else "")
         owners.seen.flaps.restore(list(owners.seen.events.recent))  # a broker flapping before flaps on
         topology = TopologyStoreService(state.topology, topology_path(config), reactor,
                                         metrics.store_load_refusals, failures=metrics.store_failures)

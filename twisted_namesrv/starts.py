@@ -68,8 +68,25 @@ def count_start(path: Path, failures: Counter[tuple[str, str]], refusals: Counte
     one more unclean start if the run before it did not stop cleanly), written back as running."""
     before, running = _read(path, refusals)
     counted = Counted(before.starts + 1, before.unclean + (1 if running else 0))
+    if running:
+        log.warn("started {unclean}: its log's last lines say how far it got; an OOM kill shows in dmesg or "
+                 "the pod's lastState (namesrv_unclean_starts_total {count})", unclean=UNCLEAN, count=counted.unclean)
     _write(path, counted, True, failures, "namesrv_starts_total counts this run's start only")
     return counted
+
+
+#: what the page's "started" event and the start's warning say of a run that did not stop cleanly
+UNCLEAN = "after a run that did not stop cleanly (killed, crashed, OOM-killed or the power lost)"
+
+
+def last_run_unclean(path: Path) -> bool:
+    """Whether ``path`` says its last run did not stop cleanly, read before the start is counted (the
+    page's "started" event is made first); a file that does not read says nothing here (count_start
+    says it and counts it)."""
+    try:
+        return json.loads(read_regular(path, LIMIT)).get("running") is True
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
+        return False
 
 
 def count_clean_stop(path: Path, counted: Counted, failures: Counter[tuple[str, str]]) -> None:
