@@ -143,6 +143,12 @@ def broker_label(broker: Item) -> str:
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
 
 
+def broker_identity(broker: Item) -> str:
+    """cluster / broker / id: who a broker is, whatever address or connection it registers from."""
+    ident = "?" if broker["broker_id"] is None else broker["broker_id"]
+    return f"{broker['cluster'] or '?'} / {broker['broker_name']} / {ident}"
+
+
 #: how a broker stay's label is named by its NameServer (at_nameserver), in the findings and the report's pictures
 StayNamer = Callable[[str, Item], str]
 
@@ -829,11 +835,13 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     topics, remarks), and a raw ESC or CR in one rewrote the data engineer's terminal from the
     console's lines; the evidence's own fields keep every value exact."""
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
-    units = len(items) if kind in EVENT_KINDS else len({str(item.get(UNITS[kind][0])) for item in items})
+    named = len({str(item.get(UNITS[kind][0])) for item in items})
+    units = len(items) if kind in EVENT_KINDS else len({_unit(kind, item) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
-    by_connection = _by_connection(kind, items) if units > 1 else 0  # one broker is one, whatever names it
-    if by_connection and len(items) > 1:
-        message = message.replace(_plural(units, UNITS[kind][1]), _counted(units, kind, by_connection), 1)
+    # one broker is one, whatever names it
+    by_connection, by_name = _counted_by(kind, items) if units > 1 or named > 1 else (0, 0)
+    if (by_connection or by_name) and len(items) > 1:
+        message = message.replace(_plural(named, UNITS[kind][1]), _counted(units, kind, by_connection, by_name), 1)
     failed = [lookup for item in items for lookup in item.get("failed_lookups", ())]
     if failed and len(items) > 1:  # one item says them in its own line
         message += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST for "
@@ -844,24 +852,41 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
                "evidence": items}
     if by_connection:  # only where some were: every other capture's summary as it was
         problem["by_connection"] = by_connection
+    if by_name:
+        problem["by_name"] = by_name
     return problem
 
 
-def _by_connection(kind: str, items: list[Item]) -> int:
+def _unit(kind: str, item: Item) -> str | tuple[str, ...]:
+    """What one unit of a finding is: its UNITS field, except a broker a snap length left without its
+    address whose name was read (``identity``: cluster / name / id), which is that identity, so that
+    each new connection it registers over after a reconnect is not one more broker."""
+    identity = item.get("identity") if UNITS[kind][0] == "broker" else None
+    return str(item.get(UNITS[kind][0])) if identity is None else ("identity", identity)
+
+
+def _counted_by(kind: str, items: list[Item]) -> tuple[int, int]:
     """How many of a broker finding's brokers are named by their connection (a snap length cut their
-    address: is_cut_broker_addr): each such name is one connection, so one broker registered with two
-    NameServers, or back on a new connection, is two of them (or one of them and a broker named by
-    its address)."""
+    address and name: is_cut_broker_addr, no ``identity``), and how many by the name read without
+    their address (``identity``). Each name by connection is one connection, so one broker registered
+    with two NameServers, or back on a new connection, is two of them (or one of them and a broker
+    named by its address); one by name is one broker over all its connections."""
     if UNITS[kind][0] != "broker":
-        return 0
-    return len({str(item.get("broker")) for item in items if is_cut_broker_addr(item.get("broker_addr"))})
+        return 0, 0
+    cut = [item for item in items if is_cut_broker_addr(item.get("broker_addr"))]
+    return (len({str(item.get("broker")) for item in cut if item.get("identity") is None}),
+            len({item["identity"] for item in cut if item.get("identity") is not None}))
 
 
-def _counted(n: int, kind: str, by_connection: int) -> str:
-    """'2 brokers (2 counted by connection) whose …': a count of names that may be fewer brokers."""
-    if not by_connection:
+def _counted(n: int, kind: str, by_connection: int, by_name: int = 0) -> str:
+    """'2 brokers (2 counted by connection) whose …': a count of names that may be fewer brokers;
+    '1 broker (1 counted by name, its address not captured) whose …': one over its connections."""
+    said = [f"{by_connection:,} counted by connection"] if by_connection else []
+    said += [f"{by_name:,} counted by name, {'its' if by_name == 1 else 'their'} address not captured"] if by_name \
+        else []
+    if not said:
         return _plural(n, UNITS[kind][1])
-    noun = UNITS[kind][1].replace("broker{s}", f"broker{{s}} ({by_connection:,} counted by connection)", 1)
+    noun = UNITS[kind][1].replace("broker{s}", f"broker{{s}} ({'; '.join(said)})", 1)
     return _plural(n, noun)
 
 
@@ -872,14 +897,16 @@ def _headline(problems: list[Item]) -> str:
     for severity in (CRITICAL, WARNING):
         units: Counter[Any] = Counter()
         by_connection: Counter[Any] = Counter()
+        by_name: Counter[Any] = Counter()
         for p in problems:
             if p["severity"] == severity:
                 units[p["kind"]] += p["units"]
                 by_connection[p["kind"]] += p.get("by_connection", 0)
+                by_name[p["kind"]] += p.get("by_name", 0)
         if units:
             rows = sum(p["severity"] == severity for p in problems)
             parts.append(f"{_plural(rows, CRITICAL if severity == CRITICAL else 'warning{s}')}: " + ", ".join(
-                _counted(n, kind, by_connection[kind]) for kind, n in units.items()))
+                _counted(n, kind, by_connection[kind], by_name[kind]) for kind, n in units.items()))
     return " · ".join(parts)
 
 
@@ -1034,7 +1061,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
     with its NameServer where the run's brokers were seen at several); ``missing_from``: when each
     gap of missing files begins (files_missing); ``stepped``: the times a clock stepped back over
     in a file, (stepped to, stepped from): stamped twice, before the step and after it."""
-    addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    addr = stay_fields(broker)
     label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         across = _across_step(broker, stepped)
@@ -1086,6 +1113,15 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                        f"{back['to']} at {iso_time(back['t'])} (broker restarted?)", **addr, t=iso_time(back["t"]),
                        counter_from=back["from"], counter_to=back["to"], timestamp_from=back["data_version_ts_from"],
                        timestamp_to=back["data_version_ts_to"])
+
+
+def stay_fields(broker: Item) -> Item:
+    """What every finding of a broker stay names it by: its label, address and session, and where a
+    snap length cut its address but not its name, its ``identity`` (broker_identity: _unit counts it)."""
+    fields = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    if is_cut_broker_addr(broker["broker_addr"]) and broker["broker_name"] is not None:
+        fields["identity"] = broker_identity(broker)
+    return fields
 
 
 def _across_step(broker: Item, stepped: Sequence[tuple[float, float]]) -> tuple[float, float] | None:

@@ -1059,3 +1059,33 @@ def test_brokers_named_by_their_connections_are_counted_as_such() -> None:
     alone = findings_module.attention(cut[:1])  # one broker is one, whatever names it
     assert alone["attention"] == "1 critical: 1 broker whose connection closed without unregistering"
     assert "by_connection" not in alone["findings"][0]
+
+
+def test_a_broker_whose_name_was_read_is_one_broker_over_its_reconnections() -> None:
+    """A snap length that keeps a registration's brokerName but cuts its brokerAddr names the broker's
+    stay by the connection it registers over; a broker that reconnected (a new connection each time)
+    was as many brokers as connections, "2 brokers (2 counted by connection)". Its name read, it is
+    counted by that name, once, and the line says so; brokers whose name was cut too stay counted
+    by connection, and summary.json's finding says how many were counted each way."""
+    from spark_analysis.decode.rows import cut_broker_addr
+
+    def closed_stay(client: str, name: str | None) -> dict:
+        broker = {"broker_addr": cut_broker_addr(client), "session": "10.0.0.9:9876@x", "server": "10.0.0.9:9876",
+                  "registrations": 3, "gaps": [], "crc_failure_times": [], "refused": [], "topic_drops": [],
+                  "version_backwards": [], "cluster": "C", "broker_name": name, "broker_id": 0, "role": "MASTER"}
+        return findings_module._finding("broker_connection_closed", "critical", f"{broker['broker_addr']} closed",
+                                        **findings_module.stay_fields(broker), t=1.0)
+
+    reconnected = [closed_stay(client, "broker-a") for client in ("10.0.0.1:40001", "10.0.0.1:40002")]
+    assert {item["identity"] for item in reconnected} == {"C / broker-a / 0"}
+    found = findings_module.attention(reconnected)
+    assert found["attention"] == ("1 critical: 1 broker (1 counted by name, its address not captured) whose "
+                                  "connection closed without unregistering")
+    assert found["findings"][0]["units"] == 1 and found["findings"][0]["by_name"] == 1
+    assert "by_connection" not in found["findings"][0]
+    nameless = closed_stay("10.0.0.2:40003", None)
+    assert "identity" not in nameless
+    found = findings_module.attention([*reconnected, nameless])
+    assert found["attention"] == ("1 critical: 2 brokers (1 counted by connection; 1 counted by name, its address "
+                                  "not captured) whose connection closed without unregistering")
+    assert (found["findings"][0]["by_connection"], found["findings"][0]["by_name"]) == (1, 1)
