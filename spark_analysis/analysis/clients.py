@@ -50,15 +50,19 @@ def count_frames(tally: Counter[Any], frames: pa.StructArray) -> None:
         tally[registrations] += row["registration_sum"]
 
 
-def _count_answers(tally: Counter[Any], frames: pa.StructArray) -> None:
-    """The answer frames per client: all (``answers``), those whose code is not 0
-    (``answer_errors``) and those whose code a snap length cut (``answers_unread``). An answer is a
-    frame whose flag says so; a cut frame whose flag was not kept, one its pairing told (its
-    ``direction``, cut_frame_row)."""
-    flag, code = frames.field("flag"), frames.field("code")
+def answers(frames: pa.StructArray) -> pa.BooleanArray:
+    """Which of schema.FRAME_ROWS are answers: a frame whose flag says so; a cut frame whose flag was
+    not kept, one its pairing told (its ``direction``, cut_frame_row)."""
+    flag = frames.field("flag")
     answer = pc.if_else(pc.is_null(flag), pc.equal(frames.field("direction"), "response"),
                         pc.equal(pc.bit_wise_and(flag, 1), 1))
-    answer = pc.fill_null(answer, False)
+    return pc.fill_null(answer, False)
+
+
+def _count_answers(tally: Counter[Any], frames: pa.StructArray) -> None:
+    """The answer frames per client (answers): all (``answers``), those whose code is not 0
+    (``answer_errors``) and those whose code a snap length cut (``answers_unread``)."""
+    code, answer = frames.field("code"), answers(frames)
     if not pc.any(answer).as_py():
         return
     table = pa.table({**{name: frames.field(name) for name in _WHO}, "answer": answer,

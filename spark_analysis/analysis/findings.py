@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_analysis.analysis.clients import answers
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
 from spark_analysis.capture.packets import LINK_TYPES_READ
@@ -44,6 +45,8 @@ SLOW_MS = 1000.0
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
 #: connections of which a capture of one direction holds one side only, by (server, the side not captured)
 UNHEARD = "unheard"
+#: answer frames with a non-zero code, paired with a request or not (note_error_answers)
+ERROR_ANSWERS = "error_answers"
 #: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
 Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
@@ -57,7 +60,8 @@ KINDS = ("packets_dropped", "files_missing", "files_overwritten", "capture_cut",
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "turned_away", "unanswered", "slow_answer",
-         "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
+         "undecodable_connection", "controller_undecodable", "unpaired_error_answer", "retry_topic_lookup",
+         "topic_made_on_first_use",
          "silence_not_captured",
          "broker_unregistered", "broker_alive_at_end", "broker_alive_before_missing", "address_in_sessions",
          "topic_deleted",
@@ -103,13 +107,24 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
 
 
+def note_error_answers(groups: Groups, frames: pa.StructArray) -> None:
+    """Note a batch of schema.FRAME_ROWS' answers with a non-zero code by (response code, client,
+    server), paired with a request or not: those no call holds (their request not captured, or its
+    opaque or code cut) are what is left once the calls' are taken off (_unpaired_error_answers)."""
+    error = pc.fill_null(pc.and_(answers(frames), pc.not_equal(frames.field("code"), 0)), False)
+    if not pc.any(error).as_py():
+        return
+    for row in pc.filter(frames, error).to_pylist():
+        add(groups, ERROR_ANSWERS, (row["code"], row["client"], row["server"]), 1, row["ts"], row["ts"])
+
+
 def calls_at(groups: Groups, servers: set[str]) -> None:
     """Keep, of note_calls' groups, the calls to ``servers`` (the NameServers and controllers) and
     take the server off their keys: a broker's port captured with the NameServer's (tcpdump
     without a port filter) has answers of its own - a PULL_MESSAGE held by long polling, a
     consumer's first GET_CONSUMER_LIST_BY_GROUP - that are not the NameServer's to judge
     (other_server says that port was seen)."""
-    for group in (ANSWER_CODES, UNANSWERED, SLOW):
+    for group in (ANSWER_CODES, UNANSWERED, SLOW, ERROR_ANSWERS):
         kept: Groups = {}
         for key, (count, first, last, worst) in groups.get(group, {}).items():
             if key[-1] in servers:
@@ -335,6 +350,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               code_name=name, response_code=response, response_name=code_name(response, True),
                               remark=remark, count=entry["count"], requesters=requesters, first=_iso(entry["first"]),
                               last=_iso(entry["last"])))
+    found += _unpaired_error_answers(groups)
     refusals = _turned_away(endpoints or [], groups)
     for (name, client), (count, first, last, _) in sorted(groups.get(UNANSWERED, {}).items(), key=_by_key):
         if client in refusals:
@@ -777,6 +793,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "slow_answer": ("code_name", "slow request code{s}"),
          "undecodable_connection": ("connection", "undecodable connection{s}"),
          "controller_undecodable": ("why", "kind{s} of undecodable controller call"),
+         "unpaired_error_answer": ("response_name", "kind{s} of error answer to a request not captured"),
          "master_elected": ("broker_name", "master election{s} by a controller")}
 #: kinds whose noun names an event, not a thing: the headline counts each (two restarts of one
 #: NameServer are "2 NameServer restarts"); the others count the distinct things UNITS names
@@ -1035,6 +1052,30 @@ def _is_topic_not_exist(name: str, response: int) -> bool:
 def _said_elsewhere(name: str, response: int) -> bool:
     """Answers a more specific finding already says: unknown topics and refused registrations."""
     return _is_topic_not_exist(name, response) or name == code_name(RequestCode.REGISTER_BROKER)
+
+
+def _unpaired_error_answers(groups: Groups) -> Iterable[Item]:
+    """Answers with a non-zero code that no call holds (their request not captured, a capture begun
+    late, or its opaque or code a snap length cut), by response code: at -s 96 a consumer's
+    TOPIC_NOT_EXIST answers were nowhere among the findings. Their request, topic and remark are
+    unknown: said as information, never as a topic unknown or a request refused."""
+    paired: Counter[Any] = Counter()
+    for (_, response, _, client, _), (count, *_) in groups.get(ANSWER_CODES, {}).items():
+        paired[(response, client)] += count
+    by_code: dict[int, list[tuple[str, int, float, float]]] = {}
+    for (response, client), (count, first, last, _) in sorted(groups.get(ERROR_ANSWERS, {}).items(), key=_by_key):
+        left = count - paired[(response, client)]
+        if left > 0:
+            by_code.setdefault(response, []).append((client, left, first, last))
+    for response, rows in sorted(by_code.items()):
+        name, total = code_name(response, True), sum(left for _, left, _, _ in rows)
+        clients = {client: left for client, left, _, _ in rows}
+        listed = ", ".join(f"{client} ({left}x)" for client, left in sorted(clients.items(), key=lambda c: -c[1]))
+        yield _finding("unpaired_error_answer", INFO, f"{total:,} answer(s) {name} ({response}) paired with no "
+                       f"request (not captured, or an opaque cut): which request and topic each answers is unknown; "
+                       f"to {listed}", response_code=response,
+                       response_name=name, count=total, requesters=clients,
+                       first=_iso(min(first for *_, first, _ in rows)), last=_iso(max(last for *_, last in rows)))
 
 
 def _by_key(item: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -91,7 +91,11 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
     assert [kind for kind, _ in problems] == [
         "broker_connection_closed", "crc_failure", "registration_refused", "bad_input", "heartbeat_expired",
         "heartbeat_near_expiry", "topic_not_exist", *["unanswered"] * len(unanswered_codes),
-        "silence_not_captured", "broker_unregistered", "broker_alive_at_end"]
+        "unpaired_error_answer", "silence_not_captured", "broker_unregistered", "broker_alive_at_end"]
+    # the TOPIC_NOT_EXIST answers captured whose lookups the capture lost: said, not as unknown topics
+    captured = sum(1 for f in synthetic_outputs.frames if f["code"] == 17 and f["flag"] & 1)
+    assert [(f["response_code"], f["count"]) for f in kinds(summary, "unpaired_error_answer")] == [
+        (17, captured - truth["response_codes"]["GET_ROUTEINFO_BY_TOPIC 17"])] != [(17, 0)]
     assert sorted(subject for kind, subject in problems if kind == "unanswered") == unanswered_codes
     expired = len({a for a, b in truth["brokers"].items() for start, end in b["gaps"] if end - start > EXPIRY_SECONDS})
     assert summary["attention"].startswith(
@@ -1089,3 +1093,30 @@ def test_a_broker_whose_name_was_read_is_one_broker_over_its_reconnections() -> 
     assert found["attention"] == ("1 critical: 2 brokers (1 counted by connection; 1 counted by name, its address "
                                   "not captured) whose connection closed without unregistering")
     assert (found["findings"][0]["by_connection"], found["findings"][0]["by_name"]) == (1, 1)
+
+
+def test_error_answers_no_request_pairs_with_are_told() -> None:
+    """At -s 96 (v5-opsrot) the lookups' opaques are cut: the consumers' 8 TOPIC_NOT_EXIST answers pair
+    with no request, so no call held them and no finding said them. Told by response code and
+    client, less those a call pairs with (counted once); a broker's port's own answers are not."""
+    import pyarrow as pa
+
+    from spark_analysis.decode.schema import CALL_ROWS, FRAME_ROWS
+
+    NAMESRV = "10.0.0.9:9876"
+
+    def answer(client: str, code: int, server: str = NAMESRV) -> dict:
+        return {"ts": 5.0, "client": client, "server": server, "direction": "response", "code": code, "flag": 1}
+
+    frames = [answer("10.0.0.7:1", 17)] * 5 + [answer("10.0.0.8:2", 17)] * 2 + [answer("10.0.0.8:2", 0)] + [
+        answer("10.0.0.7:1", 17, "10.0.0.1:10911")]
+    paired = [{"ts": 4.0, "client": "10.0.0.8:2", "server": NAMESRV, "code": 105, "code_name": "GET_ROUTEINFO_BY_TOPIC",
+               "response_code": 17, "topic": "T"}]
+    groups: dict = {}
+    findings_module.note_error_answers(groups, pa.array(frames, pa.struct(FRAME_ROWS)))
+    findings_module.note_calls(groups, pa.array(paired, pa.struct(CALL_ROWS)))
+    findings_module.calls_at(groups, {NAMESRV})
+    (told,) = findings_module._unpaired_error_answers(groups)
+    assert told["kind"] == "unpaired_error_answer" and told["severity"] == "info"
+    assert told["count"] == 6 and told["requesters"] == {"10.0.0.7:1": 5, "10.0.0.8:2": 1}
+    assert told["message"].startswith("6 answer(s) TOPIC_NOT_EXIST (17) paired with no request")
