@@ -4,6 +4,13 @@ looked a route up and how many answers were errors.
 A client is one connection endpoint (``ip:port``) in one session. The decoding tasks count their
 batches of frames and calls here (a few vector operations per batch) into their tally; the driver
 adds the tallies up and makes one row per client. Pure (pyarrow).
+
+``errors`` counts the answers captured whose code is not 0, from the answers themselves: one whose
+request was not captured (a capture begun late) or whose request's code a snap length cut, so that
+no call holds it, is counted too, not left out as if it were no error. It is unknown (empty) where
+the answers captured cannot tell it: an answer whose code was cut, or requests whose answers may be
+among frames the capture cut or did not hold (a capture of one direction) that outnumber the answers
+read but not paired with a request.
 """
 
 from __future__ import annotations
@@ -23,14 +30,18 @@ _WHO = ("session", "client", "server")
 
 
 def count_frames(tally: Counter[Any], frames: pa.StructArray) -> None:
-    """Requests per client and (language, version), and its REGISTER_BROKER requests."""
+    """Requests per client and (language, version), and its REGISTER_BROKER requests; its answers
+    (either way), those with a non-zero code and those whose code was not read (_count_answers)."""
+    _count_answers(tally, frames)
     table = _table(frames, *_WHO, "language", "version_name", "direction", "code")
     table = table.filter(pc.equal(table["direction"], "request"))
     if not len(table):
         return
-    table = table.append_column("registration", pc.equal(table["code"], int(RequestCode.REGISTER_BROKER)))
-    grouped = table.group_by([*_WHO, "language", "version_name"]).aggregate([("code", "count"),
-                                                                            ("registration", "sum")])
+    # a request whose code a snap length cut is no registration (a group of only such: a sum of nulls)
+    table = table.append_column("registration", pc.fill_null(pc.equal(table["code"],
+                                                                       int(RequestCode.REGISTER_BROKER)), False))
+    grouped = table.group_by([*_WHO, "language", "version_name"]).aggregate([
+        ("code", "count", pc.CountOptions(mode="all")), ("registration", "sum")])  # a code cut: still a request
     for row in grouped.to_pylist():
         who = tuple(row[name] for name in _WHO)
         requests = ("requests", *who, row["language"], row["version_name"])
@@ -39,18 +50,48 @@ def count_frames(tally: Counter[Any], frames: pa.StructArray) -> None:
         tally[registrations] += row["registration_sum"]
 
 
+def answers(frames: pa.StructArray) -> pa.BooleanArray:
+    """Which of schema.FRAME_ROWS are answers: a frame whose flag says so; a cut frame whose flag was
+    not kept, one its pairing told (its ``direction``, cut_frame_row)."""
+    flag = frames.field("flag")
+    answer = pc.if_else(pc.is_null(flag), pc.equal(frames.field("direction"), "response"),
+                        pc.equal(pc.bit_wise_and(flag, 1), 1))
+    return pc.fill_null(answer, False)
+
+
+def _count_answers(tally: Counter[Any], frames: pa.StructArray) -> None:
+    """The answer frames per client (answers): all (``answers``), those whose code is not 0
+    (``answer_errors``) and those whose code a snap length cut (``answers_unread``)."""
+    code, answer = frames.field("code"), answers(frames)
+    if not pc.any(answer).as_py():
+        return
+    table = pa.table({**{name: frames.field(name) for name in _WHO}, "answer": answer,
+                      "error": pc.fill_null(pc.not_equal(code, 0), False), "unread": pc.is_null(code)}).filter(answer)
+    for row in table.group_by(list(_WHO)).aggregate([("answer", "count"), ("error", "sum"),
+                                                     ("unread", "sum")]).to_pylist():
+        who = tuple(row[name] for name in _WHO)
+        tally[("answers",) + who] += row["answer_count"]
+        tally[("answer_errors",) + who] += row["error_sum"]
+        tally[("answers_unread",) + who] += row["unread_sum"]
+
+
 def count_calls(tally: Counter[Any], calls: pa.StructArray) -> None:
-    """Route lookups per client, and answers with a non-zero code."""
-    table = _table(calls, *_WHO, "code", "response_code")
+    """Route lookups per client; its calls whose answer is known (``paired``) and those whose answer
+    may be among what the capture cut or did not hold (``unsure``: no answer, ``cut``, not oneway)."""
+    table = _table(calls, *_WHO, "code", "response_code", "cut", "oneway")
     if not len(table):
         return
     table = table.append_column("lookup", pc.equal(table["code"], int(RequestCode.GET_ROUTEINFO_BY_TOPIC)))
-    table = table.append_column("error", pc.fill_null(pc.not_equal(table["response_code"], 0), False))
-    for row in table.group_by(list(_WHO)).aggregate([("lookup", "sum"), ("error", "sum")]).to_pylist():
+    table = table.append_column("paired", pc.is_valid(table["response_code"]))
+    unsure = pc.and_(pc.and_(pc.is_null(table["response_code"]), pc.fill_null(table["cut"], False)),
+                     pc.invert(pc.fill_null(table["oneway"], False)))
+    table = table.append_column("unsure", unsure)
+    for row in table.group_by(list(_WHO)).aggregate([("lookup", "sum"), ("paired", "sum"),
+                                                     ("unsure", "sum")]).to_pylist():
         who = tuple(row[name] for name in _WHO)
-        lookups, errors = ("lookups", *who), ("errors", *who)
-        tally[lookups] += row["lookup_sum"]
-        tally[errors] += row["error_sum"]
+        tally[("lookups",) + who] += row["lookup_sum"]
+        tally[("paired",) + who] += row["paired_sum"]
+        tally[("unsure",) + who] += row["unsure_sum"]
 
 
 def _table(rows: pa.StructArray, *names: str) -> pa.Table:
@@ -60,18 +101,27 @@ def _table(rows: pa.StructArray, *names: str) -> pa.Table:
 def client_rows(tally: Counter[Any]) -> list[dict[str, Any]]:
     """One row per client and session (CLIENT_COLUMNS), by session, server and client address; its
     language and version those of most of its requests; ``role``: broker if it registered one."""
-    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    rows: dict[tuple[Any, ...], Counter[str]] = {}
     spoken: dict[tuple[Any, ...], Counter[Any]] = {}
     for (metric, *rest), count in tally.items():
         who = tuple(rest[:3])
-        row = rows.setdefault(who, {**dict(zip(_WHO, who, strict=True)), "requests": 0, "lookups": 0, "errors": 0,
-                                    "registrations": 0})
-        row[metric] += count
+        rows.setdefault(who, Counter())[metric] += count
         if metric == "requests":
             spoken.setdefault(who, Counter())[tuple(rest[3:])] += count
     found = []
     for who, row in sorted(rows.items(), key=lambda item: tuple("" if part is None else part for part in item[0])):
         language, version = spoken[who].most_common(1)[0][0] if who in spoken else (None, None)
-        found.append({column: row.get(column) for column in CLIENT_COLUMNS} | {
-            "language": language, "version": version, "role": "broker" if row["registrations"] else "client"})
+        found.append(dict(zip(_WHO, who, strict=True)) | {column: row[column] for column in CLIENT_COLUMNS[3:]} | {
+            "language": language, "version": version, "role": "broker" if row["registrations"] else "client",
+            "errors": errors(row)})
     return found
+
+
+def errors(row: Counter[str]) -> int | None:
+    """A client's answers with a non-zero code, or None where its captured answers cannot tell:
+    an answer's code not read, or more of its requests' answers possibly cut or not captured
+    (``unsure``) than answers read and paired with no request (the module's docstring)."""
+    unpaired = row["answers"] - row["paired"]
+    if row["answers_unread"] or row["unsure"] > max(unpaired, 0):
+        return None
+    return row["answer_errors"]

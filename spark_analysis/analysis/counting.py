@@ -28,6 +28,7 @@ def count_rows(tally: Tally, kind: str, rows: pa.StructArray) -> None:
         tally.request += requests
         tally.response += len(rows) - requests
         clients.count_frames(tally.clients, rows)
+        findings.note_error_answers(tally.groups, rows)
     elif kind == CALL:
         tally.call += len(rows)
         # a call whose answer may be among frames a snap length cut (``cut``) is not known unanswered

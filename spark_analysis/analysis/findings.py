@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_analysis.analysis.clients import answers
 from spark_analysis.analysis.controller import elections_untold, failover_words
 from spark_analysis.capture import inputs
 from spark_analysis.capture.packets import LINK_TYPES_READ
@@ -44,6 +45,8 @@ SLOW_MS = 1000.0
 ANSWER_CODES, UNANSWERED, SLOW, UNDECODABLE = "answer_codes", "unanswered", "slow", "undecodable"
 #: connections of which a capture of one direction holds one side only, by (server, the side not captured)
 UNHEARD = "unheard"
+#: answer frames with a non-zero code, paired with a request or not (note_error_answers)
+ERROR_ANSWERS = "error_answers"
 #: a finding, an item of evidence, a broker's liveness row: JSON-like dicts, as summary.json has them
 Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
@@ -57,7 +60,8 @@ KINDS = ("packets_dropped", "files_missing", "files_overwritten", "capture_cut",
          "server_stopped", "failover", "heartbeat_expired",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "turned_away", "unanswered", "slow_answer",
-         "undecodable_connection", "controller_undecodable", "retry_topic_lookup", "topic_made_on_first_use",
+         "undecodable_connection", "controller_undecodable", "unpaired_error_answer", "retry_topic_lookup",
+         "topic_made_on_first_use",
          "silence_not_captured",
          "broker_unregistered", "broker_alive_at_end", "broker_alive_before_missing", "address_in_sessions",
          "topic_deleted",
@@ -103,13 +107,24 @@ def note_calls(groups: Groups, calls: pa.StructArray) -> None:
             add(groups, group, tuple(row[name] for name in key), 1, row["ts"], row["ts"], worst)
 
 
+def note_error_answers(groups: Groups, frames: pa.StructArray) -> None:
+    """Note a batch of schema.FRAME_ROWS' answers with a non-zero code by (response code, client,
+    server), paired with a request or not: those no call holds (their request not captured, or its
+    opaque or code cut) are what is left once the calls' are taken off (_unpaired_error_answers)."""
+    error = pc.fill_null(pc.and_(answers(frames), pc.not_equal(frames.field("code"), 0)), False)
+    if not pc.any(error).as_py():
+        return
+    for row in pc.filter(frames, error).to_pylist():
+        add(groups, ERROR_ANSWERS, (row["code"], row["client"], row["server"]), 1, row["ts"], row["ts"])
+
+
 def calls_at(groups: Groups, servers: set[str]) -> None:
     """Keep, of note_calls' groups, the calls to ``servers`` (the NameServers and controllers) and
     take the server off their keys: a broker's port captured with the NameServer's (tcpdump
     without a port filter) has answers of its own - a PULL_MESSAGE held by long polling, a
     consumer's first GET_CONSUMER_LIST_BY_GROUP - that are not the NameServer's to judge
     (other_server says that port was seen)."""
-    for group in (ANSWER_CODES, UNANSWERED, SLOW):
+    for group in (ANSWER_CODES, UNANSWERED, SLOW, ERROR_ANSWERS):
         kept: Groups = {}
         for key, (count, first, last, worst) in groups.get(group, {}).items():
             if key[-1] in servers:
@@ -141,6 +156,12 @@ def broker_label(broker: Item) -> str:
     """cluster / broker / id (role) / address, as operators name a broker."""
     ident = "?" if broker["broker_id"] is None else f"{broker['broker_id']} ({broker['role']})"
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
+
+
+def broker_identity(broker: Item) -> str:
+    """cluster / broker / id: who a broker is, whatever address or connection it registers from."""
+    ident = "?" if broker["broker_id"] is None else broker["broker_id"]
+    return f"{broker['cluster'] or '?'} / {broker['broker_name']} / {ident}"
 
 
 #: how a broker stay's label is named by its NameServer (at_nameserver), in the findings and the report's pictures
@@ -329,6 +350,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                               code_name=name, response_code=response, response_name=code_name(response, True),
                               remark=remark, count=entry["count"], requesters=requesters, first=_iso(entry["first"]),
                               last=_iso(entry["last"])))
+    found += _unpaired_error_answers(groups)
     refusals = _turned_away(endpoints or [], groups)
     for (name, client), (count, first, last, _) in sorted(groups.get(UNANSWERED, {}).items(), key=_by_key):
         if client in refusals:
@@ -771,6 +793,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "slow_answer": ("code_name", "slow request code{s}"),
          "undecodable_connection": ("connection", "undecodable connection{s}"),
          "controller_undecodable": ("why", "kind{s} of undecodable controller call"),
+         "unpaired_error_answer": ("response_name", "kind{s} of error answer to a request not captured"),
          "master_elected": ("broker_name", "master election{s} by a controller")}
 #: kinds whose noun names an event, not a thing: the headline counts each (two restarts of one
 #: NameServer are "2 NameServer restarts"); the others count the distinct things UNITS names
@@ -829,11 +852,13 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     topics, remarks), and a raw ESC or CR in one rewrote the data engineer's terminal from the
     console's lines; the evidence's own fields keep every value exact."""
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
-    units = len(items) if kind in EVENT_KINDS else len({str(item.get(UNITS[kind][0])) for item in items})
+    named = len({str(item.get(UNITS[kind][0])) for item in items})
+    units = len(items) if kind in EVENT_KINDS else len({_unit(kind, item) for item in items})
     message = items[0]["message"] if len(items) == 1 else _MESSAGES.get(kind, _listed)(items)
-    by_connection = _by_connection(kind, items) if units > 1 else 0  # one broker is one, whatever names it
-    if by_connection and len(items) > 1:
-        message = message.replace(_plural(units, UNITS[kind][1]), _counted(units, kind, by_connection), 1)
+    # one broker is one, whatever names it
+    by_connection, by_name = _counted_by(kind, items) if units > 1 or named > 1 else (0, 0)
+    if (by_connection or by_name) and len(items) > 1:
+        message = message.replace(_plural(named, UNITS[kind][1]), _counted(units, kind, by_connection, by_name), 1)
     failed = [lookup for item in items for lookup in item.get("failed_lookups", ())]
     if failed and len(items) > 1:  # one item says them in its own line
         message += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST for "
@@ -844,24 +869,41 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
                "evidence": items}
     if by_connection:  # only where some were: every other capture's summary as it was
         problem["by_connection"] = by_connection
+    if by_name:
+        problem["by_name"] = by_name
     return problem
 
 
-def _by_connection(kind: str, items: list[Item]) -> int:
+def _unit(kind: str, item: Item) -> str | tuple[str, ...]:
+    """What one unit of a finding is: its UNITS field, except a broker a snap length left without its
+    address whose name was read (``identity``: cluster / name / id), which is that identity, so that
+    each new connection it registers over after a reconnect is not one more broker."""
+    identity = item.get("identity") if UNITS[kind][0] == "broker" else None
+    return str(item.get(UNITS[kind][0])) if identity is None else ("identity", identity)
+
+
+def _counted_by(kind: str, items: list[Item]) -> tuple[int, int]:
     """How many of a broker finding's brokers are named by their connection (a snap length cut their
-    address: is_cut_broker_addr): each such name is one connection, so one broker registered with two
-    NameServers, or back on a new connection, is two of them (or one of them and a broker named by
-    its address)."""
+    address and name: is_cut_broker_addr, no ``identity``), and how many by the name read without
+    their address (``identity``). Each name by connection is one connection, so one broker registered
+    with two NameServers, or back on a new connection, is two of them (or one of them and a broker
+    named by its address); one by name is one broker over all its connections."""
     if UNITS[kind][0] != "broker":
-        return 0
-    return len({str(item.get("broker")) for item in items if is_cut_broker_addr(item.get("broker_addr"))})
+        return 0, 0
+    cut = [item for item in items if is_cut_broker_addr(item.get("broker_addr"))]
+    return (len({str(item.get("broker")) for item in cut if item.get("identity") is None}),
+            len({item["identity"] for item in cut if item.get("identity") is not None}))
 
 
-def _counted(n: int, kind: str, by_connection: int) -> str:
-    """'2 brokers (2 counted by connection) whose …': a count of names that may be fewer brokers."""
-    if not by_connection:
+def _counted(n: int, kind: str, by_connection: int, by_name: int = 0) -> str:
+    """'2 brokers (2 counted by connection) whose …': a count of names that may be fewer brokers;
+    '1 broker (1 counted by name, its address not captured) whose …': one over its connections."""
+    said = [f"{by_connection:,} counted by connection"] if by_connection else []
+    said += [f"{by_name:,} counted by name, {'its' if by_name == 1 else 'their'} address not captured"] if by_name \
+        else []
+    if not said:
         return _plural(n, UNITS[kind][1])
-    noun = UNITS[kind][1].replace("broker{s}", f"broker{{s}} ({by_connection:,} counted by connection)", 1)
+    noun = UNITS[kind][1].replace("broker{s}", f"broker{{s}} ({'; '.join(said)})", 1)
     return _plural(n, noun)
 
 
@@ -872,14 +914,16 @@ def _headline(problems: list[Item]) -> str:
     for severity in (CRITICAL, WARNING):
         units: Counter[Any] = Counter()
         by_connection: Counter[Any] = Counter()
+        by_name: Counter[Any] = Counter()
         for p in problems:
             if p["severity"] == severity:
                 units[p["kind"]] += p["units"]
                 by_connection[p["kind"]] += p.get("by_connection", 0)
+                by_name[p["kind"]] += p.get("by_name", 0)
         if units:
             rows = sum(p["severity"] == severity for p in problems)
             parts.append(f"{_plural(rows, CRITICAL if severity == CRITICAL else 'warning{s}')}: " + ", ".join(
-                _counted(n, kind, by_connection[kind]) for kind, n in units.items()))
+                _counted(n, kind, by_connection[kind], by_name[kind]) for kind, n in units.items()))
     return " · ".join(parts)
 
 
@@ -1010,6 +1054,30 @@ def _said_elsewhere(name: str, response: int) -> bool:
     return _is_topic_not_exist(name, response) or name == code_name(RequestCode.REGISTER_BROKER)
 
 
+def _unpaired_error_answers(groups: Groups) -> Iterable[Item]:
+    """Answers with a non-zero code that no call holds (their request not captured, a capture begun
+    late, or its opaque or code a snap length cut), by response code: at -s 96 a consumer's
+    TOPIC_NOT_EXIST answers were nowhere among the findings. Their request, topic and remark are
+    unknown: said as information, never as a topic unknown or a request refused."""
+    paired: Counter[Any] = Counter()
+    for (_, response, _, client, _), (count, *_) in groups.get(ANSWER_CODES, {}).items():
+        paired[(response, client)] += count
+    by_code: dict[int, list[tuple[str, int, float, float]]] = {}
+    for (response, client), (count, first, last, _) in sorted(groups.get(ERROR_ANSWERS, {}).items(), key=_by_key):
+        left = count - paired[(response, client)]
+        if left > 0:
+            by_code.setdefault(response, []).append((client, left, first, last))
+    for response, rows in sorted(by_code.items()):
+        name, total = code_name(response, True), sum(left for _, left, _, _ in rows)
+        clients = {client: left for client, left, _, _ in rows}
+        listed = ", ".join(f"{client} ({left}x)" for client, left in sorted(clients.items(), key=lambda c: -c[1]))
+        yield _finding("unpaired_error_answer", INFO, f"{total:,} answer(s) {name} ({response}) paired with no "
+                       f"request (not captured, or an opaque cut): which request and topic each answers is unknown; "
+                       f"to {listed}", response_code=response,
+                       response_name=name, count=total, requesters=clients,
+                       first=_iso(min(first for *_, first, _ in rows)), last=_iso(max(last for *_, last in rows)))
+
+
 def _by_key(item: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple("" if part is None else str(part) for part in item[0])
 
@@ -1034,7 +1102,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
     with its NameServer where the run's brokers were seen at several); ``missing_from``: when each
     gap of missing files begins (files_missing); ``stepped``: the times a clock stepped back over
     in a file, (stepped to, stepped from): stamped twice, before the step and after it."""
-    addr = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    addr = stay_fields(broker)
     label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         across = _across_step(broker, stepped)
@@ -1086,6 +1154,15 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                        f"{back['to']} at {iso_time(back['t'])} (broker restarted?)", **addr, t=iso_time(back["t"]),
                        counter_from=back["from"], counter_to=back["to"], timestamp_from=back["data_version_ts_from"],
                        timestamp_to=back["data_version_ts_to"])
+
+
+def stay_fields(broker: Item) -> Item:
+    """What every finding of a broker stay names it by: its label, address and session, and where a
+    snap length cut its address but not its name, its ``identity`` (broker_identity: _unit counts it)."""
+    fields = {"broker": broker_label(broker), "broker_addr": broker["broker_addr"], "session": broker["session"]}
+    if is_cut_broker_addr(broker["broker_addr"]) and broker["broker_name"] is not None:
+        fields["identity"] = broker_identity(broker)
+    return fields
 
 
 def _across_step(broker: Item, stepped: Sequence[tuple[float, float]]) -> tuple[float, float] | None:

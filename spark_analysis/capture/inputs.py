@@ -37,7 +37,7 @@ import numpy as np
 from spark_analysis.capture.captured import Buffer
 from spark_analysis.capture.packets import Ports, segment_columns
 from spark_analysis.capture.pcapng import PcapngEnd
-from spark_analysis.capture.reassembly import SEGMENT, SegmentTable, merge_tables
+from spark_analysis.capture.reassembly import SEGMENT, STEP_BACK_TOLERANCE_S, SegmentTable, merge_tables
 from spark_analysis.capture.records import (
     MAX_ORIG_LEN,
     MAX_SNAPLEN,
@@ -820,9 +820,6 @@ def _by_stretch(rows: np.ndarray, stretches: np.ndarray) -> Iterator[tuple[int, 
         yield int(stretches[max(int(where[first]), 0)]), chunk
 
 
-#: timestamps going back by more than this within a file are a clock stepped back (or files joined
-#: out of order), not the reordering of packets captured on several CPUs or interfaces
-STEP_BACK_TOLERANCE_S = 5.0
 #: records further apart than this (no packet at all between them) are a silence: between files,
 #: separate capture periods; within a file, one where no connection carries on over it
 #: (model/periods.rotated_sets and file_parts)

@@ -46,6 +46,9 @@ _CONTROL = SYN | FIN | RST
 _WALKED = ("ts", "file", "order", "offset", "length", "seq", "ack", "flags", "forward")
 _SEQ_MOD = 1 << 32
 _HALF_SEQ = 1 << 31
+#: timestamps going back by more than this within a file are a clock stepped back (or files joined
+#: out of order), not the reordering of packets captured on several CPUs or interfaces
+STEP_BACK_TOLERANCE_S = 5.0
 _chunk = tuple.__new__  # _chunk(Chunk, fields): a Chunk without NamedTuple's Python-level __new__ (a chunk per segment)
 #: the fewest rows a plain stretch (_plain_stretches) must have to be delivered at once: below, the
 #: numpy calls that set it up cost more than the rows walked one by one
@@ -166,21 +169,44 @@ def segment_tables(segments: Iterable[tuple[float, TcpSegment]]) -> list[Segment
 
 def merge_tables(tables: Iterable[SegmentTable]) -> SegmentTable:
     """Tables of one 4-tuple read from different files or byte ranges as one, in capture order:
-    by time, then file, then place in the file (the capture order of several files is by time)."""
+    by time, then file, then place in the file (the capture order of several files is by time).
+    A file whose clock stepped back (its stamps going back more than STEP_BACK_TOLERANCE_S) keeps
+    its own order: by time its packets after the step would be read among those stamped the same
+    before it, the later bytes of a connection ahead of the earlier, and the earlier dropped as
+    retransmissions (_capture_times)."""
     tables = list(tables)
     rows = np.concatenate([table.rows for table in tables]) if len(tables) > 1 else tables[0].rows
-    if not _in_capture_order(rows):  # one file's piece mostly is: no sort, no copy
-        rows = rows[np.lexsort((rows["order"], rows["file"], rows["ts"]))]
+    if not _in_capture_order(rows, rows["ts"]):  # one file's piece mostly is: no sort, no copy
+        times = _capture_times(rows)
+        if not _in_capture_order(rows, times):
+            rows = rows[np.lexsort((rows["order"], rows["file"], times))]
     sources = {file: buffer for table in tables for file, buffer in table.sources.items()}
     return SegmentTable(tables[0].ends, rows, sources)
 
 
-def _in_capture_order(rows: np.ndarray) -> bool:
-    """Whether ``rows`` are sorted by (ts, file, order) already (what a stable sort leaves as is)."""
-    ts, file, order = rows["ts"], rows["file"], rows["order"]
-    later, same = ts[1:] > ts[:-1], ts[1:] == ts[:-1]
+def _in_capture_order(rows: np.ndarray, times: np.ndarray) -> bool:
+    """Whether ``rows`` are sorted by (``times``, file, order) already (what a stable sort leaves as is)."""
+    file, order = rows["file"], rows["order"]
+    later, same = times[1:] > times[:-1], times[1:] == times[:-1]
     next_file, same_file = file[1:] > file[:-1], file[1:] == file[:-1]
     return bool(np.all(later | same & (next_file | same_file & (order[1:] >= order[:-1]))))
+
+
+def _capture_times(rows: np.ndarray) -> np.ndarray:
+    """The time each row is ordered by: its stamp, except in a file whose stamps step back more
+    than STEP_BACK_TOLERANCE_S, where it is the latest stamp of the file up to it (in the file's
+    order), so that its rows keep the file's order and sit among other files' by when they were
+    written. One sort by (file, order), then each file's run of rows once: a connection spanning
+    thousands of rotated files costs no pass over all its rows per file."""
+    times: np.ndarray = rows["ts"].copy()
+    in_files = np.lexsort((rows["order"], rows["file"]))
+    files, stamps = rows["file"][in_files], times[in_files]
+    starts = np.flatnonzero(files[1:] != files[:-1]) + 1
+    for start, end in zip([0, *starts.tolist()], [*starts.tolist(), len(rows)], strict=True):
+        latest = np.maximum.accumulate(stamps[start:end])
+        if (latest - stamps[start:end]).max() > STEP_BACK_TOLERANCE_S:
+            times[in_files[start:end]] = latest
+    return times
 
 
 def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) -> list[Connection]:

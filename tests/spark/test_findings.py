@@ -91,7 +91,11 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
     assert [kind for kind, _ in problems] == [
         "broker_connection_closed", "crc_failure", "registration_refused", "bad_input", "heartbeat_expired",
         "heartbeat_near_expiry", "topic_not_exist", *["unanswered"] * len(unanswered_codes),
-        "silence_not_captured", "broker_unregistered", "broker_alive_at_end"]
+        "unpaired_error_answer", "silence_not_captured", "broker_unregistered", "broker_alive_at_end"]
+    # the TOPIC_NOT_EXIST answers captured whose lookups the capture lost: said, not as unknown topics
+    captured = sum(1 for f in synthetic_outputs.frames if f["code"] == 17 and f["flag"] & 1)
+    assert [(f["response_code"], f["count"]) for f in kinds(summary, "unpaired_error_answer")] == [
+        (17, captured - truth["response_codes"]["GET_ROUTEINFO_BY_TOPIC 17"])] != [(17, 0)]
     assert sorted(subject for kind, subject in problems if kind == "unanswered") == unanswered_codes
     expired = len({a for a, b in truth["brokers"].items() for start, end in b["gaps"] if end - start > EXPIRY_SECONDS})
     assert summary["attention"].startswith(
@@ -1059,3 +1063,60 @@ def test_brokers_named_by_their_connections_are_counted_as_such() -> None:
     alone = findings_module.attention(cut[:1])  # one broker is one, whatever names it
     assert alone["attention"] == "1 critical: 1 broker whose connection closed without unregistering"
     assert "by_connection" not in alone["findings"][0]
+
+
+def test_a_broker_whose_name_was_read_is_one_broker_over_its_reconnections() -> None:
+    """A snap length that keeps a registration's brokerName but cuts its brokerAddr names the broker's
+    stay by the connection it registers over; a broker that reconnected (a new connection each time)
+    was as many brokers as connections, "2 brokers (2 counted by connection)". Its name read, it is
+    counted by that name, once, and the line says so; brokers whose name was cut too stay counted
+    by connection, and summary.json's finding says how many were counted each way."""
+    from spark_analysis.decode.rows import cut_broker_addr
+
+    def closed_stay(client: str, name: str | None) -> dict:
+        broker = {"broker_addr": cut_broker_addr(client), "session": "10.0.0.9:9876@x", "server": "10.0.0.9:9876",
+                  "registrations": 3, "gaps": [], "crc_failure_times": [], "refused": [], "topic_drops": [],
+                  "version_backwards": [], "cluster": "C", "broker_name": name, "broker_id": 0, "role": "MASTER"}
+        return findings_module._finding("broker_connection_closed", "critical", f"{broker['broker_addr']} closed",
+                                        **findings_module.stay_fields(broker), t=1.0)
+
+    reconnected = [closed_stay(client, "broker-a") for client in ("10.0.0.1:40001", "10.0.0.1:40002")]
+    assert {item["identity"] for item in reconnected} == {"C / broker-a / 0"}
+    found = findings_module.attention(reconnected)
+    assert found["attention"] == ("1 critical: 1 broker (1 counted by name, its address not captured) whose "
+                                  "connection closed without unregistering")
+    assert found["findings"][0]["units"] == 1 and found["findings"][0]["by_name"] == 1
+    assert "by_connection" not in found["findings"][0]
+    nameless = closed_stay("10.0.0.2:40003", None)
+    assert "identity" not in nameless
+    found = findings_module.attention([*reconnected, nameless])
+    assert found["attention"] == ("1 critical: 2 brokers (1 counted by connection; 1 counted by name, its address "
+                                  "not captured) whose connection closed without unregistering")
+    assert (found["findings"][0]["by_connection"], found["findings"][0]["by_name"]) == (1, 1)
+
+
+def test_error_answers_no_request_pairs_with_are_told() -> None:
+    """At -s 96 (v5-opsrot) the lookups' opaques are cut: the consumers' 8 TOPIC_NOT_EXIST answers pair
+    with no request, so no call held them and no finding said them. Told by response code and
+    client, less those a call pairs with (counted once); a broker's port's own answers are not."""
+    import pyarrow as pa
+
+    from spark_analysis.decode.schema import CALL_ROWS, FRAME_ROWS
+
+    NAMESRV = "10.0.0.9:9876"
+
+    def answer(client: str, code: int, server: str = NAMESRV) -> dict:
+        return {"ts": 5.0, "client": client, "server": server, "direction": "response", "code": code, "flag": 1}
+
+    frames = [answer("10.0.0.7:1", 17)] * 5 + [answer("10.0.0.8:2", 17)] * 2 + [answer("10.0.0.8:2", 0)] + [
+        answer("10.0.0.7:1", 17, "10.0.0.1:10911")]
+    paired = [{"ts": 4.0, "client": "10.0.0.8:2", "server": NAMESRV, "code": 105, "code_name": "GET_ROUTEINFO_BY_TOPIC",
+               "response_code": 17, "topic": "T"}]
+    groups: dict = {}
+    findings_module.note_error_answers(groups, pa.array(frames, pa.struct(FRAME_ROWS)))
+    findings_module.note_calls(groups, pa.array(paired, pa.struct(CALL_ROWS)))
+    findings_module.calls_at(groups, {NAMESRV})
+    (told,) = findings_module._unpaired_error_answers(groups)
+    assert told["kind"] == "unpaired_error_answer" and told["severity"] == "info"
+    assert told["count"] == 6 and told["requesters"] == {"10.0.0.7:1": 5, "10.0.0.8:2": 1}
+    assert told["message"].startswith("6 answer(s) TOPIC_NOT_EXIST (17) paired with no request")

@@ -32,12 +32,7 @@ def truth_of(name: str) -> dict:
 
 # Known and open: a capture marked here is a strict xfail, which fails the suite the day
 # the report gets it right, so the mark cannot outlive the bug.
-KNOWN_WRONG: dict[str, str] = {
-    "v5-pause-stepped": "registrations inside the times a clock's step back stamped twice are lost: broker-b's "
-                        "three after the step (true 14:18:07-14:19:07) are stamped 14:16:37-14:17:37, each within "
-                        "0.005 s of one before the step on the same connection, and registrations/ holds one of each "
-                        "pair: its row counts 8 of 11",
-}
+KNOWN_WRONG: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_WRONG[n], strict=True))

@@ -64,7 +64,7 @@ KIND_CLASSES = {
 }
 #: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",
-                        "response_code", "unanswered",
+                        "response_code", "unanswered", "unpaired_error_answer",
                         "address_in_sessions"})
 #: refused attempts that are noise (nothing listening), which the report must count
 NOISE = ("never_listening", "before_start", "after_stop")

@@ -350,3 +350,42 @@ def test_one_table_in_capture_order_is_kept_as_is_and_any_other_sorted() -> None
     merged = reassembly.merge_tables([other_file, table]).rows
     assert list(zip(merged["file"].tolist(), merged["order"].tolist(), strict=True)) == [
         (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3)]
+
+
+def _registrations_across_a_step_back(step_back: float) -> list[tuple[float, TcpSegment]]:
+    """A broker's ten 30 s registrations, each acknowledged by the server, the clock stepped back by
+    ``step_back`` seconds before the sixth: the last five stamped among the first five."""
+    packets = handshake()
+    for n in range(10):
+        ts = 2.0 + 30 * n - (step_back if n >= 5 else 0.0)
+        packets += [(ts, segment(CLIENT, SERVER, 1001 + 10 * n, PSH | ACK, bytes([65 + n]) * 10)),
+                    (ts + 0.001, segment(SERVER, CLIENT, 5001, ACK, ack=1011 + 10 * n))]
+    return packets
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 3])
+def test_a_file_whose_clock_stepped_back_is_read_in_its_own_order(pieces: int) -> None:
+    """v5-pause-stepped: its clock stepped back 85 s, a connection's segments after the step stamped
+    among those before it. Sorted by time, a later registration (and the server's ACK of it) came
+    before earlier ones, whose bytes were then taken for retransmissions of a hole: 8 of broker-b's
+    11 registrations read. The file's own order keeps every byte, each once, and its stamps, however
+    its byte ranges cut it."""
+    packets = _registrations_across_a_step_back(89.995)
+    (table,) = reassembly.segment_tables(packets)
+    parts = np.array_split(table.rows, pieces)
+    merged = reassembly.merge_tables([table._replace(rows=rows) for rows in reversed(parts)])
+    (connection,) = reassembly.reassemble_table(merged)
+    assert joined(connection.to_server) == b"".join(bytes([65 + n]) * 10 for n in range(10))
+    assert not connection.to_server.gaps
+    assert merged.rows["order"].tolist() == sorted(table.rows["order"].tolist())
+    assert [chunk.ts for chunk in connection.to_server] == [ts for ts, s in packets if s.payload]
+
+
+def test_a_step_back_within_the_tolerance_is_still_sorted_by_time() -> None:
+    """Stamps a few seconds out of order (packets captured on several CPUs or interfaces) are
+    ordered by time, as they always were: only a step back beyond STEP_BACK_TOLERANCE_S keeps the
+    file's order."""
+    packets = _registrations_across_a_step_back(reassembly.STEP_BACK_TOLERANCE_S - 1)
+    (table,) = reassembly.segment_tables(packets)
+    merged = reassembly.merge_tables([table]).rows
+    assert merged["ts"].tolist() == sorted(merged["ts"].tolist())
