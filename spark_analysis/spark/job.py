@@ -152,6 +152,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              report: bool, log: Callable[[str], None], tasks_every: float | None, spool: str | None,
              counted_cost: int, listed: list[inputs.CaptureFile]) -> Counter:
     sc = spark.sparkContext
+    cores = sc.defaultParallelism  # read once: two calls to the JVM each time, most of them while every core waits
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     skipped: list[str] = []
@@ -162,7 +163,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     local = [f for f in files if inputs.read_by_range(f)]
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
     total = sum(f.size for f in files)
-    size = split_size or inputs.split_bytes(total, sc.defaultParallelism)
+    size = split_size or inputs.split_bytes(total, cores)
     tasks = inputs.plan_tasks(local + spooled, size)
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
@@ -224,17 +225,17 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
     whole_bytes = sum(map(inputs.planned_bytes, whole))
-    shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
+    shares = balance.task_shares(cores, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions),
                      left_out=left_out)
+    # what the decoding tasks send the JVM: the events and tallies only where they write the tables
+    sent = EVENTS if tables_out else DECODED
     # The 4-tuples guessed clients' (balance.guessed_clients) are decoded beside the replay, in the
     # liveness tasks' stage, where the other cores would wait for it; the others first, as the
     # replay needs their events (with Spark writing the tables, all are decoded first: one output;
     # with one core, too: no core waits for the replay there, see balance.decode_beside_replay)
-    # what the decoding tasks send the JVM: the events and tallies only where they write the tables
-    sent = EVENTS if tables_out else DECODED
     guessed = balance.guessed_clients(read.sent, sides) if tables_out and balance.decode_beside_replay(
-        sc.defaultParallelism) else frozenset()
+        cores) else frozenset()
     beside = None
     server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
     if guessed:
@@ -244,8 +245,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         # in the liveness stage, their part files numbered after the others'
         beside = pieces.beside(partial(_beside_replay, decode=decode),
                                Counter({key: read.costs[key] for key in guessed}),
-                               balance.claimed_shares(sc.defaultParallelism), guessed, first_part=len(shares),
-                               replay_tasks=liveness_tasks(sc.defaultParallelism, server_ends))
+                               balance.claimed_shares(cores), guessed, first_part=len(shares),
+                               replay_tasks=liveness_tasks(cores, server_ends))
     else:
         decoded = pieces.decoded(decode, sent, read.costs, shares, read.hashed_cost)
     with progress.meanwhile("decoding"):
@@ -254,17 +255,17 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
             for kind, name, _ in tables.TABLES:
                 # one task (and Parquet file) per core, not per shuffle partition: the tables are far
                 # smaller than the capture, and each task and file costs the same whatever its size
-                _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
+                _rows_of(decoded, kind).coalesce(cores).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
         liveness, whole = broker_liveness(decoded if tables_out else _events_of(decoded), time_bins, by_file,
-                                          sessions, endpoints, beside, server_ends)
+                                          sessions, endpoints, beside, server_ends, cores)
         if not whole:  # a guess was wrong: the replay again with every 4-tuple's events, the tables as written
             progress(f"a 4-tuple of the {len(guessed)} guessed clients' carried an event the replay needed: "
                      f"replaying again with every 4-tuple's events")
             again = pieces.decoded(partial(decode_batches, servers=servers, left_out=left_out, events_only=True),
                                    EVENTS, read.costs, shares, read.hashed_cost)
             replayed, _ = broker_liveness(again, time_bins, by_file, sessions, endpoints,
-                                          servers=server_ends)
+                                          servers=server_ends, cores=cores)
             liveness = Liveness(replayed.brokers, time_bins, liveness.tallies, replayed.stories)
     if tables_out:
         tables.commit(tables_out)

@@ -174,3 +174,16 @@ def test_each_batch_is_taken_once_and_a_task_run_again_takes_back_its_own(tmp_pa
     assert again == [0, 2, 3, 4]
     assert list(second) == [] and list(first) == []
     assert sorted(path.name for path in tmp_path.iterdir()) == [f"handed-0.arrow.taken-{index}" for index in range(5)]
+
+
+def test_the_driver_reads_the_default_parallelism_once_a_run(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reading of a session's default parallelism is two calls to the JVM, and the driver read
+    it six times a run, five of them between the Spark jobs, while every core waited: now once, at the start."""
+    context = type(spark.sparkContext)
+    read = context.defaultParallelism
+    readings: list[int] = []
+    monkeypatch.setattr(context, "defaultParallelism",
+                        property(lambda sc: readings.append(1) or read.fget(sc)))
+    job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=lambda _: None)
+    assert len(readings) == 1
