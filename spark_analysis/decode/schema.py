@@ -124,9 +124,15 @@ EVENT_ROWS = _schema(
 #: events as a pickled list of EVENT_ROWS tuples of one server endpoint (``event_server``) a row: the
 #: JVM only moves them to that endpoint's liveness task, where a row per event cost it a conversion
 #: each way; a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
+_EVENTS_AND_TALLY = (("event", pa.binary()), ("event_server", pa.string()), ("tally", pa.binary()))
 DECODED = _schema(*((name, pa.struct(list(rows))) for name, rows in (
     ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("controller", CONTROLLER_ROWS))),
-    ("event", pa.binary()), ("event_server", pa.string()), ("tally", pa.binary()))
+    *_EVENTS_AND_TALLY)
+#: what the decoding tasks send the JVM where they write the tables themselves, or decode again for
+#: the events only (job.py): DECODED's last columns, all the liveness stage reads; the table columns,
+#: always null there, made the driver's plan of the job a filter and a projection longer and every
+#: node of it a schema of the tables' nested rows to analyse, between the Spark jobs, with every core idle
+EVENTS = _schema(*_EVENTS_AND_TALLY)
 
 #: columns given as seconds (float) or milliseconds (int) in the rows, timestamps in the files
 SECONDS_COLUMNS = ("ts",)

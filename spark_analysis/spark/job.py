@@ -94,7 +94,7 @@ from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv, clients_csv
 from spark_analysis.spark import balance, worker
 from spark_analysis.spark.liveness_stage import LIVENESS, Beside, beside_replay, broker_liveness, liveness_tasks
-from spark_analysis.spark.struct_types import DECODED
+from spark_analysis.spark.struct_types import DECODED, EVENTS
 from twisted_namesrv.escapes import escaped
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
@@ -105,6 +105,7 @@ PIECES = StructType([StructField("lower", StringType(), False), StructField("hig
                      StructField("kept", StringType(), True), StructField("kept_at", LongType(), True),
                      StructField("kept_len", LongType(), True)])
 _ARROW_DECODED = schema.DECODED
+_ARROW_EVENTS = schema.EVENTS
 _TABLE_KINDS = tuple(name for name, _, _ in tables.TABLES)  # the struct columns of DECODED: a table's rows each
 #: the kinds of rows decoding gives as a connection's block each, and what makes a block's rows one array
 _BLOCKS = {FRAMES: (FRAME, frame_array), CALLS: (CALL, call_array)}
@@ -151,6 +152,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              report: bool, log: Callable[[str], None], tasks_every: float | None, spool: str | None,
              counted_cost: int, listed: list[inputs.CaptureFile]) -> Counter:
     sc = spark.sparkContext
+    cores = sc.defaultParallelism  # read once: two calls to the JVM each time, most of them while every core waits
     progress = _Progress(log, sc, tasks_every)
     out = _absolute(out)
     skipped: list[str] = []
@@ -161,7 +163,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     local = [f for f in files if inputs.read_by_range(f)]
     whole = [f for f in files if not inputs.read_by_range(f) and f not in spooled]
     total = sum(f.size for f in files)
-    size = split_size or inputs.split_bytes(total, sc.defaultParallelism)
+    size = split_size or inputs.split_bytes(total, cores)
     tasks = inputs.plan_tasks(local + spooled, size)
     progress(f"inputs: {len(files)} files, {_mib(total)}; {len(tasks)} tasks of up to "
              f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
@@ -223,45 +225,47 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
     whole_bytes = sum(map(inputs.planned_bytes, whole))
-    shares = balance.task_shares(sc.defaultParallelism, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
+    shares = balance.task_shares(cores, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions),
                      left_out=left_out)
+    # what the decoding tasks send the JVM: the events and tallies only where they write the tables
+    sent = EVENTS if tables_out else DECODED
     # The 4-tuples guessed clients' (balance.guessed_clients) are decoded beside the replay, in the
     # liveness tasks' stage, where the other cores would wait for it; the others first, as the
     # replay needs their events (with Spark writing the tables, all are decoded first: one output;
     # with one core, too: no core waits for the replay there, see balance.decode_beside_replay)
     guessed = balance.guessed_clients(read.sent, sides) if tables_out and balance.decode_beside_replay(
-        sc.defaultParallelism) else frozenset()
+        cores) else frozenset()
     beside = None
     server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
     if guessed:
-        decoded = pieces.decoded(decode, DECODED, Counter({key: cost for key, cost in read.costs.items()
+        decoded = pieces.decoded(decode, sent, Counter({key: cost for key, cost in read.costs.items()
                                                            if key not in guessed}), shares, read.hashed_cost,
                                  guessed=guessed, among=False)
         # in the liveness stage, their part files numbered after the others'
         beside = pieces.beside(partial(_beside_replay, decode=decode),
                                Counter({key: read.costs[key] for key in guessed}),
-                               balance.claimed_shares(sc.defaultParallelism), guessed, first_part=len(shares),
-                               replay_tasks=liveness_tasks(sc.defaultParallelism, server_ends))
+                               balance.claimed_shares(cores), guessed, first_part=len(shares),
+                               replay_tasks=liveness_tasks(cores, server_ends))
     else:
-        decoded = pieces.decoded(decode, DECODED, read.costs, shares, read.hashed_cost)
+        decoded = pieces.decoded(decode, sent, read.costs, shares, read.hashed_cost)
     with progress.meanwhile("decoding"):
         if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
             for kind, name, _ in tables.TABLES:
                 # one task (and Parquet file) per core, not per shuffle partition: the tables are far
                 # smaller than the capture, and each task and file costs the same whatever its size
-                _rows_of(decoded, kind).coalesce(sc.defaultParallelism).transform(with_timestamps).write.mode(
+                _rows_of(decoded, kind).coalesce(cores).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
-        liveness, whole = broker_liveness(_events_of(decoded), time_bins, by_file, sessions, endpoints, beside,
-                                          server_ends)
+        liveness, whole = broker_liveness(decoded if tables_out else _events_of(decoded), time_bins, by_file,
+                                          sessions, endpoints, beside, server_ends, cores)
         if not whole:  # a guess was wrong: the replay again with every 4-tuple's events, the tables as written
             progress(f"a 4-tuple of the {len(guessed)} guessed clients' carried an event the replay needed: "
                      f"replaying again with every 4-tuple's events")
             again = pieces.decoded(partial(decode_batches, servers=servers, left_out=left_out, events_only=True),
-                                   DECODED, read.costs, shares, read.hashed_cost)
-            replayed, _ = broker_liveness(_events_of(again), time_bins, by_file, sessions, endpoints,
-                                          servers=server_ends)
+                                   EVENTS, read.costs, shares, read.hashed_cost)
+            replayed, _ = broker_liveness(again, time_bins, by_file, sessions, endpoints,
+                                          servers=server_ends, cores=cores)
             liveness = Liveness(replayed.brokers, time_bins, liveness.tallies, replayed.stories)
     if tables_out:
         tables.commit(tables_out)
@@ -695,7 +699,8 @@ class Claims:
 
 
 def _events_of(decoded: DataFrame) -> DataFrame:
-    """What the liveness stage reads of the decoded rows: the events and the tallies."""
+    """What the liveness stage reads of the decoded rows where they are DECODED (Spark writes the
+    tables): the events and the tallies, all EVENTS holds."""
     return decoded.where(f"{EVENT} IS NOT NULL OR tally IS NOT NULL").select(EVENT, "event_server", "tally")
 
 
@@ -712,7 +717,8 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     """mapInArrow over a partition of pieces: decode each 4-tuple from all its pieces. The rows of
     the tables go to this task's part files when it writes them (``tables_out``), else, like the
     broker events, back to the JVM as batches of DECODED (each row fills the struct column of its
-    kind); the last row holds the task's tally: counts, calls' latencies and findings' groups.
+    kind; EVENTS, where the task writes the tables or ``events_only``: no table rows are sent); the
+    last row holds the task's tally: counts, calls' latencies and findings' groups.
     ``places`` fills the tables' ``input`` and ``session`` columns; the (file, 4-tuple) pieces in
     ``left_out`` are copies of others read elsewhere (_one_copy_each), not decoded. ``events_only``:
     no table rows (the events replayed again, the tables written already). ``first_part``: the
@@ -752,7 +758,7 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
     worker.drill("decode")
     if writer is not None:
         writer.close()
-    yield _decoded_batch(1, tally=pa.array([pickle.dumps(tally)], pa.binary()))
+    yield _decoded_batch(_sent_schema(writer, events_only), 1, tally=pa.array([pickle.dumps(tally)], pa.binary()))
 
 
 def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tally,
@@ -778,21 +784,26 @@ def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tal
         if writer is not None:
             writer.write(kind, array)
             continue
-        yield _decoded_batch(len(array), **{kind: array})
+        yield _decoded_batch(_ARROW_DECODED, len(array), **{kind: array})
     if pending[EVENT]:
         by_server: dict[str | None, list[tuple]] = {}
         for event in pending[EVENT]:
             by_server.setdefault(event[_EVENT_SERVER], []).append(event)
         pending[EVENT].clear()
-        yield _decoded_batch(len(by_server), event=pa.array([pickle.dumps(rows) for rows in by_server.values()],
-                                                             pa.binary()),
+        events = pa.array([pickle.dumps(rows) for rows in by_server.values()], pa.binary())
+        yield _decoded_batch(_sent_schema(writer, events_only), len(by_server), event=events,
                              event_server=pa.array(list(by_server), pa.string()))
 
 
-def _decoded_batch(length: int, **columns: pa.Array) -> pa.RecordBatch:
-    """A batch of DECODED of ``length`` rows: the ``columns`` given, the others null."""
-    return pa.RecordBatch.from_arrays(
-        [columns.get(field.name, pa.nulls(length, field.type)) for field in _ARROW_DECODED], schema=_ARROW_DECODED)
+def _sent_schema(writer: tables.PartWriter | None, events_only: bool) -> pa.Schema:
+    """What a decoding task sends the JVM: EVENTS where it sends no table rows, else DECODED."""
+    return _ARROW_EVENTS if writer is not None or events_only else _ARROW_DECODED
+
+
+def _decoded_batch(sent: pa.Schema, length: int, **columns: pa.Array) -> pa.RecordBatch:
+    """A batch of ``sent`` (DECODED or EVENTS) of ``length`` rows: the ``columns`` given, the others null."""
+    return pa.RecordBatch.from_arrays([columns.get(field.name, pa.nulls(length, field.type)) for field in sent],
+                                      schema=sent)
 
 
 def _tasks_write_tables(master: str, out: str) -> bool:

@@ -73,7 +73,7 @@ class Beside(NamedTuple):
 
 def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (), sessions: Sessions | None = None,
                     endpoints: dict[str, EndpointStory] | None = None, beside: DataFrame | Beside | None = None,
-                    servers: int | None = None) -> tuple[Liveness, bool]:
+                    servers: int | None = None, cores: int | None = None) -> tuple[Liveness, bool]:
     """Liveness from the decoded broker events in one pass over them: a column EVENT (pickled lists
     of schema.EVENT_ROWS tuples, each of the server endpoint ``event_server``), and ``tally``, which
     rows of the decoding tasks' tallies hold instead and which is passed on to the driver. One
@@ -84,8 +84,10 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     where a guessed client's 4-tuple carried an event the replay needed (or a lookup past where a
     session's replay ran), and the replay is to run again with every 4-tuple's events. ``servers``:
     how many server endpoints the events can be of, at most (a task per core, but none that could
-    only be empty: an empty Python task costs ~10 ms of the JVM's CPU, in the stage the job ends with)."""
-    cores = events.sparkSession.sparkContext.defaultParallelism
+    only be empty: an empty Python task costs ~10 ms of the JVM's CPU, in the stage the job ends with).
+    ``cores``: the session's default parallelism, where the caller has read it (each reading is calls
+    to the JVM, made while every core waits)."""
+    cores = cores or events.sparkSession.sparkContext.defaultParallelism
     sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
     endpoints = endpoints or {}
     replay = partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_analysis.capture import inputs
+from spark_analysis.decode import schema
 from spark_analysis.output import tables
 from spark_analysis.spark import job
 
@@ -52,6 +53,25 @@ def test_the_jvm_gets_where_the_rows_are_and_decoding_reads_them_back(
     assert all(payload is None for batch in pieces for payload in batch.column("payload").to_pylist())
     assert len({path for batch in pieces for path in batch.column("kept").to_pylist()}) == 3  # one file a task
     assert _tables(kept, tmp_path / "from-kept") == _tables(inline, tmp_path / "inline")
+
+
+def test_decoding_tasks_writing_the_tables_send_the_jvm_only_events_and_tallies(
+        synthetic: tuple[Path, dict], tmp_path: Path, task_attempts: None) -> None:
+    """The table columns, always null where the tasks write the tables, were a filter and a
+    projection more in the driver's plan between the Spark jobs: the JVM gets EVENTS there, and
+    DECODED only where Spark writes the tables."""
+    capture, _ = synthetic
+    pieces = [batch.drop_columns(["tally"]) for batch in _read(capture, None)
+              if batch.column("tally").null_count == len(batch)]
+    tables.prepare(str(tmp_path / "out"))
+    writing = list(job.decode_batches(pieces, servers=frozenset({9876}), tables_out=str(tmp_path / "out")))
+    again = list(job.decode_batches(pieces, servers=frozenset({9876}), events_only=True))
+    spark_writes = list(job.decode_batches(pieces, servers=frozenset({9876})))
+    assert {batch.schema for batch in writing + again} == {schema.EVENTS}
+    assert {batch.schema for batch in spark_writes} == {schema.DECODED}
+    events = [batch.column("event") for batch in writing if batch.column("event").null_count < len(batch)]
+    assert events and [batch.column("event") for batch in again if batch.column("event").null_count < len(batch)] \
+        == events
 
 
 def _report_files(out: Path) -> dict[str, bytes]:
@@ -154,3 +174,16 @@ def test_each_batch_is_taken_once_and_a_task_run_again_takes_back_its_own(tmp_pa
     assert again == [0, 2, 3, 4]
     assert list(second) == [] and list(first) == []
     assert sorted(path.name for path in tmp_path.iterdir()) == [f"handed-0.arrow.taken-{index}" for index in range(5)]
+
+
+def test_the_driver_reads_the_default_parallelism_once_a_run(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reading of a session's default parallelism is two calls to the JVM, and the driver read
+    it six times a run, five of them between the Spark jobs, while every core waited: now once, at the start."""
+    context = type(spark.sparkContext)
+    read = context.defaultParallelism
+    readings: list[int] = []
+    monkeypatch.setattr(context, "defaultParallelism",
+                        property(lambda sc: readings.append(1) or read.fget(sc)))
+    job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=lambda _: None)
+    assert len(readings) == 1
