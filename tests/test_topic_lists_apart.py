@@ -310,6 +310,7 @@ def test_the_kept_cluster_lists_are_bounded_in_bytes(tmp_path, monkeypatch):
             answer = ns.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": f"c{cluster}"})
             assert sorted(body_json(answer)["topicList"]) == sorted(topics)
             assert 0 < kept_cluster_bytes() <= 20_000
+    assert ns.state.answers.started_over["cluster_lists"] > 0  # namesrv_kept_started_over_total
     assert ns.state.answers.kept_topics(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
     monkeypatch.setattr(answer_cache, "MAX_CLUSTER_LISTS_BYTES", 1_000, raising=False)
     ns.register(cluster="c0", name="g0", addr="127.0.0.1:10000", topics=(*topics, "more"), version=(1, 2))
