@@ -278,8 +278,8 @@ async def test_a_request_with_two_authorization_headers_is_refused_whichever_com
         finally:
             connection.close()
 
-    statuses = await threads.deferToThread(lambda: [two(("operator", "wrong"), READER), two(READER, ("operator", "wrong")),
-                                                    two(READER, READER)])
+    wrong = ("operator", "wrong")
+    statuses = await threads.deferToThread(lambda: [two(wrong, READER), two(READER, wrong), two(READER, READER)])
     assert statuses == [400, 400, 400]
     assert (await threads.deferToThread(raw_get, web, "/api/overview", READER))[0] == 200
     _, _, metrics = await threads.deferToThread(get, web + "/metrics")
