@@ -19,6 +19,7 @@ from twisted.python.failure import Failure
 
 from . import properties
 from .apart import Behind, NoRoom
+from .audit import clipped
 from .bodies.register import (
     RegisterBodyError,
     RegisterBrokerBody,
@@ -632,10 +633,11 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand,
         state.config.saved(error)
         if error is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
             log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
-                     peer=peer.address, props=masked(props), error=str(error))
+                     peer=peer.address, props=clipped(masked(props)), error=str(error))
             answer.callback(respond(state, request, remark=f"applied in memory only, until the restart: {error}"))
             return
-        log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
+        # clipped as the audit event is: a body of 64 KiB of keys, any peer's without ACL, was a 50 KB line
+        log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=clipped(masked(props)))
         answer.callback(respond(state, request))
     state.save_config(saved)  # off the reactor thread: any peer may send it (state/store.py's SavesOfNewest)
     return answer
