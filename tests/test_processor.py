@@ -666,7 +666,7 @@ def test_update_config_refuses_a_body_over_64_kib_unread(ns):
 def test_update_config_logs_a_bounded_line_however_many_keys_it_sends(ns):
     """Each update was one info line of every key and value sent, known to the configuration or
     not: a body of 2,000 unknown keys (under the 64 KiB limit; any peer's without ACL) was a line of
-    45 KB, the log filling twice as fast as the peer sent.  The line is now clipped as the audit
+    63 KB, the log filling faster than the peer sent.  The line is now clipped as the audit
     event is (audit.clipped: 64 keys, 256 characters a value)."""
     body = "orderMessageEnable=true\n" + "".join(f"unknownKey{n}={'v' * 10}\n" for n in range(2000))
     with capturedLogs() as events:
