@@ -134,6 +134,16 @@ def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
     pending = served.api.topics("t", limit=1)
     assert not pending.called and held[0]() == (2, ["T1"])
     state.build_apart = at_once
+    # at most TOPIC_SEARCH_MAX answered, whatever the limit: each is looked up and encoded in the
+    # reactor's thread (limit=999999999999 at a million topics held every lookup for seconds)
+    from twisted_namesrv.web import api as api_module
+
+    api_module.TOPIC_SEARCH_MAX, before = 1, api_module.TOPIC_SEARCH_MAX
+    try:
+        found = served.api.topics("t", limit=999_999_999_999).result
+    finally:
+        api_module.TOPIC_SEARCH_MAX = before
+    assert found["matches"] == 2 and [t["topic"] for t in found["topics"]] == ["T1"]
     route = served.api.route("T1")["route"]
     assert route["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER}
     assert served.api.route("missing") is None
