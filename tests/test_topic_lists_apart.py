@@ -322,9 +322,9 @@ def test_the_kept_cluster_lists_are_bounded_in_bytes(tmp_path, monkeypatch):
 @pytest_twisted.inlineCallbacks
 def test_asks_waiting_for_a_build_hold_room_in_the_memory_budget_and_past_it_are_refused(tmp_path, monkeypatch):
     """Each ask waiting behind a build holds its request, Deferreds and callbacks (about 2 KB;
-    ``WAITER_BYTES``), and only the peers' connections bounded how many waited: 10,000 connections
-    each asking a cluster's list behind a long build and reading nothing held 20-23 MB counted
-    nowhere.  Each ask now takes WAITER_BYTES of the memory budget until answered or let go, and
+    ``WAITER_BYTES``), and only the peers' connections bounded how many waited: at
+    maxConnections' 10,000, each asking a cluster's list behind a long build and reading nothing,
+    20-23 MB counted nowhere.  Each ask now takes WAITER_BYTES of the memory budget until answered or let go, and
     one the budget has no room for is answered SYSTEM_ERROR, a refusal (a line and a count)."""
     from twisted_namesrv.apart import WAITER_BYTES
     from twisted_namesrv.budget import MemoryBudget

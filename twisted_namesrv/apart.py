@@ -25,8 +25,8 @@ Each ask holds its decoded request, its Deferreds and their callbacks until answ
 by tracemalloc, ``WAITER_BYTES``): given the server's memory budget (budget.py,
 receiveMemoryBudget), an ask takes that much of it until it is answered or let go, and an ask the
 budget has no room for is refused (``NoRoom``: its caller answers an error, logs and counts it).
-Before, only the peers' connections bounded them: 10,000 connections each asking a cluster's list
-behind a long build and reading nothing held 20-23 MB nothing counted.
+Before, only the peers' connections bounded them: at maxConnections' 10,000, each asking a cluster's
+list behind a long build and reading nothing, 20-23 MB that nothing counted.
 On a clock without threads (a test's ``task.Clock``) a build is made at once.
 """
 
