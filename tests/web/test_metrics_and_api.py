@@ -339,6 +339,27 @@ def test_an_api_document_that_fails_to_be_made_is_answered_500_not_left_open():
     assert any("/api/topics failed" in formatEvent(event) for event in logged)
 
 
+def test_an_api_document_the_memory_budget_has_no_room_to_wait_for_is_a_503_refusal():
+    """An ask waiting for a build takes room in the memory budget (apart.py); one without room is
+    answered 503 with Retry-After, logged and counted as a refusal (memory_budget), not a 500."""
+    from twisted.web.test.requesthelper import DummyRequest
+
+    from twisted_namesrv.apart import NoRoom
+    from twisted_namesrv.refusals import Refusals
+    from twisted_namesrv.web.site import ApiResource
+
+    class Full:
+        def topics(self, query, limit):
+            return defer.fail(NoRoom("no room in receiveMemoryBudget"))
+
+    request, refusals = DummyRequest([b"topics"]), Refusals()
+    ApiResource(Full(), refusals=refusals).render_GET(request)
+    assert request.finished and request.responseCode == 503
+    assert request.responseHeaders.getRawHeaders(b"retry-after") == [b"1"]
+    assert "receiveMemoryBudget" in json.loads(b"".join(request.written))["error"]
+    assert refusals.counts["http", "memory_budget"] == 1
+
+
 def test_costly_health_and_clusters_are_made_again_only_after_four_times_their_cost(tmp_path):
     """What walks every broker group in the reactor's turn (the groups' health behind /readyz, public
     on every bind, /metrics and the page; the /api/clusters document, which the page asks for every
