@@ -517,6 +517,11 @@ def test_the_kept_answer_frames_are_bounded_in_bytes(tmp_path, monkeypatch) -> N
         both({"topic": "T0", "x": str(n)}, 10 + n)
         both({"topic": "T0", "x": str(n)}, 1000 + n)
         assert held_by_replies(answers) <= 1 << 20
+    assert not answers.started_over["routes"]
+    monkeypatch.setattr(answer_cache, "MAX_REPLIES", len(answers.replies), raising=False)
+    before = answers.started_over["replies"]
+    both({"topic": "T0", "y": "another start"}, 5000)
+    assert answers.started_over["replies"] == before + 1  # namesrv_kept_started_over_total{cache="replies"}
     answers.replies.clear()
     pad = "x" * answer_cache.KEPT_HEADER_MAX
     both({"topic": "T0", "pad": pad}, 3)
@@ -675,6 +680,7 @@ def test_the_kept_route_bodies_are_bounded_in_bytes(tmp_path, monkeypatch, compa
                     assert held_by_routes(answers) <= bound
     assert answers.routes and answers.replies
     assert answers.routes_bytes == sum(kept.size for kept in answers.routes.values())
+    assert answers.started_over["routes"] > 0  # namesrv_kept_started_over_total{cache="routes"}
     monkeypatch.setattr(answer_cache, "MAX_ROUTES_BYTES", 2_000, raising=False)
     answers.changed(RouteChange(everything=True))
     both("T0", 409, opaque)

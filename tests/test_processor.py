@@ -663,6 +663,19 @@ def test_update_config_refuses_a_body_over_64_kib_unread(ns):
     assert ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n" + b"\n" * 65000).code == 0
 
 
+def test_update_config_logs_a_bounded_line_however_many_keys_it_sends(ns):
+    """Each update was one info line of every key and value sent, known to the configuration or
+    not: a body of 2,000 unknown keys (under the 64 KiB limit; any peer's without ACL) was a line of
+    63 KB, the log filling faster than the peer sent.  The line is now clipped as the audit
+    event is (audit.clipped: 64 keys, 256 characters a value)."""
+    body = "orderMessageEnable=true\n" + "".join(f"unknownKey{n}={'v' * 10}\n" for n in range(2000))
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=body.encode())
+    assert answer.code == ResponseCode.SUCCESS and ns.config["orderMessageEnable"] is True
+    (line,) = [formatEvent(e) for e in events if "updateNamesrvConfig from" in formatEvent(e)]
+    assert "orderMessageEnable" in line and "1937 more keys" in line and len(line) < 4096, len(line)
+
+
 def test_update_config_blacklist_from_config(tmp_path):
     ns = Namesrv(tmp_path, "5.3.3", configBlackList="configBlackList;orderMessageEnable")
     answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")

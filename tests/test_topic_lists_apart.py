@@ -310,9 +310,47 @@ def test_the_kept_cluster_lists_are_bounded_in_bytes(tmp_path, monkeypatch):
             answer = ns.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": f"c{cluster}"})
             assert sorted(body_json(answer)["topicList"]) == sorted(topics)
             assert 0 < kept_cluster_bytes() <= 20_000
+    assert ns.state.answers.started_over["cluster_lists"] > 0  # namesrv_kept_started_over_total
     assert ns.state.answers.kept_topics(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
     monkeypatch.setattr(answer_cache, "MAX_CLUSTER_LISTS_BYTES", 1_000, raising=False)
     ns.register(cluster="c0", name="g0", addr="127.0.0.1:10000", topics=(*topics, "more"), version=(1, 2))
     assert not kept_cluster_bytes()
     assert len(body_json(ns.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "c0"}))["topicList"]) == 31
     assert not kept_cluster_bytes()  # bigger than the bound alone: answered, never kept
+
+
+@pytest_twisted.inlineCallbacks
+def test_asks_waiting_for_a_build_hold_room_in_the_memory_budget_and_past_it_are_refused(tmp_path, monkeypatch):
+    """Each ask waiting behind a build holds its request, Deferreds and callbacks (about 2 KB;
+    ``WAITER_BYTES``), and only the peers' connections bounded how many waited: at
+    maxConnections' 10,000, each asking a cluster's list behind a long build and reading nothing,
+    20-23 MB counted nowhere.  Each ask now takes WAITER_BYTES of the memory budget until answered or let go, and
+    one the budget has no room for is answered SYSTEM_ERROR, a refusal (a line and a count)."""
+    from twisted_namesrv.apart import WAITER_BYTES
+    from twisted_namesrv.budget import MemoryBudget
+
+    ns = Namesrv(tmp_path)
+    for index in range(12):
+        ns.register(cluster=f"c{index}", name=f"b{index}", addr=f"10.0.0.{index}:10911", topics=("T1",), channel=index)
+    budget = MemoryBudget(10 * WAITER_BYTES)
+    ns.state.build_apart = BuildsApart(reactor, budget).build
+    started, release = held_builds(monkeypatch)
+    peer = Peer(1, "127.0.0.1:40000")
+    try:
+        answers = [processor.get_all_topic_list(ns.state, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
+                                                peer)]
+        while not started.is_set():
+            yield deferLater(reactor, 0.01)
+        answers += [processor.get_topics_by_cluster(ns.state, request(RequestCode.GET_TOPICS_BY_CLUSTER,
+                                                                      {"cluster": f"c{index}"}), peer)
+                    for index in range(10)]
+        assert budget.held == 10 * WAITER_BYTES  # the one under way and nine wait, the eleventh had no room
+        assert ns.state.refusals.counts["remoting", "memory_budget"] == 1
+        refused = yield answers[-1]
+        assert refused.code == ResponseCode.SYSTEM_ERROR and "receiveMemoryBudget" in refused.remark
+        assert budget.refused_inflations == 0  # not an inflation's
+    finally:
+        release.set()
+    made = yield defer.gatherResults(answers[:-1])
+    assert all(answer.code == ResponseCode.SUCCESS for answer in made)
+    assert budget.held == 0  # every ask answered gave its room back

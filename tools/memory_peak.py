@@ -24,6 +24,9 @@
            topic as a 4.9.8 client asks and one as a 4.3 client does, 50 at a time, every answer read
            (give serverChannelMaxIdleTimeSeconds=3600 with --config when the lookups outlast 120 s:
            the groups' connection is idle meanwhile)
+  clusterinfo  CLUSTERINFO_GROUPS broker groups of CLUSTERINFO_MEMBERS brokers, each group a cluster
+           of its own, every name and address CLUSTERINFO_NAME characters (the defaults: the largest
+           table the default limits allow), then one GET_BROKER_CLUSTER_INFO, read
 
 usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KEY=VALUE ...]
                             [--peers 40] [--bomb-mib 300] [--behind-topics 1000000]
@@ -33,6 +36,7 @@ usage: tools/memory_peak.py [--attacks stall,bomb] [--budget BYTES] [--config KE
                             [--kept-groups 4] [--kept-lookups 2000] [--kept-pad 0]
                             [--lists-clusters 200] [--lists-topics 2000] [--lists-name 500]
                             [--routes-groups 500] [--routes-topics 2000]
+                            [--clusterinfo-groups 20000] [--clusterinfo-members 5] [--clusterinfo-name 512]
                             [--src DIR]
 
 ``--src`` runs the server from another checkout (an older commit: before/after figures);
@@ -506,10 +510,50 @@ def routes(server: Server, groups: int, topics: int, src: Path) -> dict[str, obj
             "answers": sorted({code: got.count(code) for code in got}.items())}
 
 
+def clusterinfo(server: Server, groups: int, members: int, name: int, src: Path) -> dict[str, object]:
+    """``groups`` broker groups of ``members`` brokers each, every group a cluster of its own and
+    every cluster, group name and address ``name`` characters long (the largest table the default
+    limits allow: 20,000 groups, 100,000 brokers, 512 characters), then one GET_BROKER_CLUSTER_INFO:
+    what the body and the pieces kept to answer the next asks (cluster_info.py) make it hold."""
+    remoting, codes = codec(src)
+    brokers = socket.create_connection(("127.0.0.1", server.port), timeout=600)  # open: its brokers stay
+    registered = 0
+    for first in range(0, groups, 20):
+        frames = []
+        for g in range(first, min(groups, first + 20)):
+            table = compressed_table([f"ci{g:05d}a", f"ci{g:05d}b"])  # (a first registration of one topic is refused)
+            for b in range(members):
+                ext = {"clusterName": f"c{g:05d}-".ljust(name, "c"), "brokerName": f"g{g:05d}-".ljust(name, "g"),
+                       "brokerAddr": f"{g}.{b}:".ljust(name, "a"), "brokerId": str(b), "compressed": "true",
+                       "bodyCrc32": "0", "heartbeatTimeoutMillis": "3600000"}
+                frames.append(remoting.RemotingCommand.request(remoting.RequestCode.REGISTER_BROKER, ext, table,
+                                                               opaque=len(frames) + 1, version=codes.V4_9_8).encode())
+        brokers.sendall(b"".join(frames))
+        registered += sum(answer.startswith("0 ") for answer in answers(brokers, src, len(frames)))
+    time.sleep(1)
+    started = server.rss_mb()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=600) as sock:
+        sock.sendall(remoting.RemotingCommand.request(remoting.RequestCode.GET_BROKER_CLUSTER_INFO, opaque=1,
+                                                      version=codes.V4_9_8).encode())
+        decoder, frames = remoting.FrameDecoder(1 << 31), []  # (past a Java client's 16 MiB at the largest table)
+        while not frames:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            frames += decoder.feed(data)
+        answered = f"{remoting.RemotingCommand.decode(frames[0]).code} {len(frames[0])} bytes" if frames else "closed"
+    time.sleep(1)
+    brokers.close()
+    return {"peak_mb": server.peak_mb(), "rss_before_ask_mb": started, "rss_after_mb": server.rss_mb(),
+            "groups": groups, "members": members, "name": name, "registered": registered,
+            "answered": answered[:40]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attacks", default="stall,bomb",
-                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept,lists,routes")
+                        help="comma-separated: stall,bomb,behind,queue,unread,amplify,http,kept,lists,routes,"
+                        "clusterinfo")
     parser.add_argument("--budget", type=int, default=0)
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="a line of the server's -c file (repeat)")
@@ -534,6 +578,9 @@ def main() -> None:
     parser.add_argument("--lists-name", type=int, default=500, help="characters of each topic's name")
     parser.add_argument("--routes-groups", type=int, default=500)
     parser.add_argument("--routes-topics", type=int, default=2000)
+    parser.add_argument("--clusterinfo-groups", type=int, default=20_000)
+    parser.add_argument("--clusterinfo-members", type=int, default=5, help="brokers of each group")
+    parser.add_argument("--clusterinfo-name", type=int, default=512, help="characters of each name and address")
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     result: dict[str, object] = {"budget": args.budget or "default", "config": args.config,
@@ -549,6 +596,8 @@ def main() -> None:
         "kept": lambda s: kept(s, args.kept_groups, args.kept_lookups, args.kept_pad, args.src),
         "routes": lambda s: routes(s, args.routes_groups, args.routes_topics, args.src),
         "lists": lambda s: lists(s, args.lists_clusters, args.lists_topics, args.lists_name, args.src),
+        "clusterinfo": lambda s: clusterinfo(s, args.clusterinfo_groups, args.clusterinfo_members,
+                                             args.clusterinfo_name, args.src),
     }
     for name in args.attacks.split(","):
         attack = attacks[name]

@@ -57,6 +57,7 @@ import hashlib
 import re
 import struct
 import sys
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +112,12 @@ TOPIC_OVERHEAD, PIECE_OVERHEAD = 600, 100
 #: clusters (20,000 at maxBrokerGroups; 200 of them serving the same 2,000 topics named in 500
 #: characters kept 200 MB of lists, 4,000 would keep 4 GB); two lists of a million topics fit
 MAX_CLUSTER_LISTS_BYTES = 64 << 20
+
+#: the kept caches that start over past a bound (``AnswerCache.started_over``): the route bodies
+#: (MAX_ROUTES_BYTES), the answer frames (MAX_REPLIES_BYTES, MAX_REPLIES) and the clusters' topic
+#: lists (MAX_CLUSTER_LISTS_BYTES)
+KEPT_CACHES = ("routes", "replies", "cluster_lists")
+
 #: what a kept cluster list holds beside its body (its key, its place in the tables): counted in it
 CLUSTER_LIST_OVERHEAD = 200
 
@@ -242,6 +249,9 @@ class AnswerCache:
         #: the kept renewals' answer pieces, one bytes object per content (state/alike.py): brokers
         #: of a cluster are mostly answered alike, and 5,000 copies were 0.85 MiB
         self._pieces: Alike[bytes] = Alike(ALIKE_PIECES)
+        #: the times each kept cache (KEPT_CACHES) started over past its bound: a peer filling one
+        #: costs honest clients a decoded lookup each, and shows here (namesrv_kept_started_over_total)
+        self.started_over: Counter[str] = Counter()
 
     # -- invalidation: the subscriptions ----------------------------------------------------------
     def holds(self) -> bool:
@@ -380,6 +390,7 @@ class AnswerCache:
             if size > MAX_CLUSTER_LISTS_BYTES:
                 return
             if self.cluster_lists_bytes + size > MAX_CLUSTER_LISTS_BYTES:
+                self.started_over["cluster_lists"] += 1
                 for kept in self._cluster_lists:
                     del self._topic_tables[kept]
                 self._cluster_lists.clear()
@@ -415,6 +426,7 @@ class AnswerCache:
             if adding > MAX_ROUTES_BYTES:
                 return  # answered, never kept
             if self.routes_bytes + adding > MAX_ROUTES_BYTES:
+                self.started_over["routes"] += 1
                 self._drop_every_route()  # start over (each lookup then builds its topic's body once)
                 answers = None
             if answers is None:
@@ -450,6 +462,7 @@ class AnswerCache:
         if adding > MAX_REPLIES_BYTES:
             return  # more than the whole budget: answered from the bodies, never kept
         if len(self.replies) >= MAX_REPLIES or self.replies_bytes + adding > MAX_REPLIES_BYTES:
+            self.started_over["replies"] += 1
             self._replies_over()
         rest = answers.rests.get((variant, tail))
         if rest is None:

@@ -21,6 +21,12 @@ connections each asking a different cluster's list queue that many builds behind
 and an operator's whole topic list (one key, shared) waits for that one, not for all of them.
 An ask cancelled before its build begins (the status page's search whose client went away) is
 let go: a build no one waits for any more is never begun, and nothing of it is held.
+Each ask holds its decoded request, its Deferreds and their callbacks until answered (2.0-2.3 KB
+by tracemalloc, ``WAITER_BYTES``): given the server's memory budget (budget.py,
+receiveMemoryBudget), an ask takes that much of it until it is answered or let go, and an ask the
+budget has no room for is refused (``NoRoom``: its caller answers an error, logs and counts it).
+Before, only the peers' connections bounded them: at maxConnections' 10,000, each asking a cluster's
+list behind a long build and reading nothing, 20-23 MB that nothing counted.
 On a clock without threads (a test's ``task.Clock``) a build is made at once.
 """
 
@@ -32,10 +38,21 @@ from typing import Any, NamedTuple, TypeVar
 from twisted.internet import defer, interfaces, threads
 from twisted.python.failure import Failure
 
+from .budget import MemoryBudget
+
 T = TypeVar("T")
 
 #: ``begin()``, in the reactor's thread when the build begins: the function its thread runs
 Begin = Callable[[], Callable[[], T]]
+
+
+#: what one ask waiting for a build holds (its request decoded, its Deferreds and callbacks: 2.0-2.3
+#: KB by tracemalloc for a GET_TOPICS_BY_CLUSTER), taken from the memory budget until it is answered
+WAITER_BYTES = 2048
+
+
+class NoRoom(Exception):
+    """An ask refused: the memory budget has no room for one more waiting (its caller refuses it)."""
 
 
 class Behind(NamedTuple):
@@ -47,8 +64,13 @@ class Behind(NamedTuple):
 class BuildsApart:
     """``build(key, begin)``: a Deferred of what ``begin()()`` returns, made in a thread of ``reactor``'s pool."""
 
-    def __init__(self, reactor: object) -> None:
+    def __init__(self, reactor: object, budget: MemoryBudget | None = None) -> None:
         self.reactor = reactor
+        #: what the asks waiting hold is taken from it (None: not counted, a test's)
+        self.budget = budget
+        #: the asks waiting now (each holding WAITER_BYTES of the budget), and those refused for want of room
+        self.asks = 0
+        self.refused = 0
         #: each build not begun yet, in the order first asked: its ``begin`` and who waits for it
         #: (asks for it meanwhile join it)
         self._waiting: dict[Hashable, tuple[Begin[Any], list[defer.Deferred[Any]]]] = {}
@@ -59,6 +81,12 @@ class BuildsApart:
     def build(self, key: Hashable, begin: Begin[T]) -> defer.Deferred[T]:
         if not interfaces.IReactorThreads.providedBy(self.reactor):
             return at_once(key, begin)
+        budget = self.budget
+        if budget is not None and not budget.take(WAITER_BYTES, inflation=False):
+            self.refused += 1
+            return defer.fail(NoRoom(f"no room in receiveMemoryBudget ({budget.limit} bytes, {budget.held} held) "
+                                     f"for one more ask waiting for a build ({self.asks} wait)"))
+        self.asks += 1
         waiting = self._behind if isinstance(key, Behind) else self._waiting
         pending = waiting.get(key)
         if pending is None:
@@ -74,7 +102,14 @@ class BuildsApart:
         mine: defer.Deferred[T] = defer.Deferred(cancelled)
         told.append(mine)
         self._next()
-        return mine
+        return mine.addBoth(self._answered)
+
+    def _answered(self, result: T) -> T:
+        """An ask answered, failed or let go: what it held goes back to the budget."""
+        self.asks -= 1
+        if self.budget is not None:
+            self.budget.release(WAITER_BYTES)
+        return result
 
     def _next(self) -> None:
         """Begin the build asked for first (not ``Behind`` before one that is), unless one is under way."""

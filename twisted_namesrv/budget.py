@@ -61,10 +61,11 @@ class MemoryBudget:
     def room(self) -> int:
         return max(0, self.limit - self.held)
 
-    def take(self, size: int) -> bool:
-        """Hold ``size`` bytes of an inflation if they fit, else False (nothing taken)."""
+    def take(self, size: int, inflation: bool = True) -> bool:
+        """Hold ``size`` bytes of an inflation (or of an ask waiting for a build: apart.py) if they
+        fit, else False (nothing taken)."""
         if size > self.room():
-            self.refused_inflations += 1
+            self.refused_inflations += inflation
             return False
         self.held += size
         return True

@@ -15,9 +15,11 @@ from typing import Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from . import properties
-from .apart import Behind
+from .apart import Behind, NoRoom
+from .audit import clipped
 from .bodies.register import (
     RegisterBodyError,
     RegisterBrokerBody,
@@ -39,7 +41,7 @@ from .cluster_info import ClusterInfoPieces
 from .context import NamesrvState, Peer
 from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
-from .remoting.codes import V3_0_11, V4_9_4
+from .remoting.codes import V3_0_11, V4_9_4, code_name
 from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
@@ -188,7 +190,7 @@ def get_kvlist_by_namespace(state: NamesrvState, request: RemotingCommand,
         if state.kv.get_kv_list(namespace) is made_of:
             state.answers.keep_kv_list(namespace, made_of, body)
         return respond(state, request, body=body)
-    return state.build_apart(("kvlist", namespace), begin).addCallback(built)
+    return _apart(state, request, peer, ("kvlist", namespace), begin, built)
 
 
 # -- brokers (103, 104, 322, 904, 901) --------------------------------------------------------
@@ -522,7 +524,21 @@ def _list_disabled(state: NamesrvState, switch: str) -> bool:
 TopicList = RemotingCommand | defer.Deferred[RemotingCommand]
 
 
-def _topic_list(state: NamesrvState, request: RemotingCommand, switch: str, key: Hashable,
+def _apart(state: NamesrvState, request: RemotingCommand, peer: Peer, key: Hashable, begin: Callable[[], Any],
+           built: Callable[[Any], RemotingCommand]) -> defer.Deferred[RemotingCommand]:
+    """``built(what state.build_apart(key, begin) makes)``; an ask the memory budget has no room
+    to wait (apart.py: NoRoom) is refused (``memory_budget``: a line, a count) and answered
+    SYSTEM_ERROR."""
+    def no_room(failure: Failure) -> RemotingCommand:
+        failure.trap(NoRoom)
+        state.refusals("remoting", "memory_budget", peer.address, "{code} refused: {why}",
+                       code=code_name(request.code), why=str(failure.value))
+        return respond(state, request, ResponseCode.SYSTEM_ERROR, f"server busy: {failure.value}")
+    made: defer.Deferred[RemotingCommand] = state.build_apart(key, begin).addCallbacks(built, no_room)
+    return made
+
+
+def _topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer, switch: str, key: Hashable,
                 pick: Callable[[list[str]], list[str]] | None = None, one_cluster: bool = False) -> TopicList:
     """A topic list: kept under ``key``, else built apart (apart.py: a thread; a million topics
     take seconds to order and encode) from the topics as they are when the build begins,
@@ -547,18 +563,18 @@ def _topic_list(state: NamesrvState, request: RemotingCommand, switch: str, key:
         state.answers.keep_topics(key, body, generation, one_cluster)
         return respond(state, request, body=body)
     # a cluster's list waits behind the others: peers make clusters by the thousand (apart.py)
-    return state.build_apart(Behind(key) if one_cluster else key, begin).addCallback(built)
+    return _apart(state, request, peer, Behind(key) if one_cluster else key, begin, built)
 
 
 def get_all_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
-    return _topic_list(state, request, "enableAllTopicList", RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    return _topic_list(state, request, peer, "enableAllTopicList", RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
 
 
 def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
     cluster = request.ext.get("cluster")
     if cluster not in state.routes.clusterAddrTable and not _list_disabled(state, "enableTopicList"):
         return respond(state, request, body=topic_list_body([], None, state.profile.concurrent_tables))  # kept: none
-    return _topic_list(state, request, "enableTopicList", (RequestCode.GET_TOPICS_BY_CLUSTER, cluster),
+    return _topic_list(state, request, peer, "enableTopicList", (RequestCode.GET_TOPICS_BY_CLUSTER, cluster),
                        lambda topics: state.routes.topics_by_cluster(cluster, topics), one_cluster=True)
 
 
@@ -568,17 +584,17 @@ def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: P
 
 
 def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
-    return _topic_list(state, request, "enableTopicList", RequestCode.GET_UNIT_TOPIC_LIST,
+    return _topic_list(state, request, peer, "enableTopicList", RequestCode.GET_UNIT_TOPIC_LIST,
                        lambda topics: state.routes.unit_topics(has_unit_flag, topics))
 
 
 def get_has_unit_sub_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
-    return _topic_list(state, request, "enableTopicList", RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
+    return _topic_list(state, request, peer, "enableTopicList", RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
                        lambda topics: state.routes.unit_topics(has_unit_sub_flag, topics))
 
 
 def get_has_unit_sub_ununit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:
-    return _topic_list(state, request, "enableTopicList", RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+    return _topic_list(state, request, peer, "enableTopicList", RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
                        lambda topics: state.routes.unit_topics(
                            lambda flag: not has_unit_flag(flag) and has_unit_sub_flag(flag), topics))
 
@@ -617,10 +633,11 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand,
         state.config.saved(error)
         if error is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
             log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
-                     peer=peer.address, props=masked(props), error=str(error))
+                     peer=peer.address, props=clipped(masked(props)), error=str(error))
             answer.callback(respond(state, request, remark=f"applied in memory only, until the restart: {error}"))
             return
-        log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=masked(props))
+        # clipped as the audit event is: a body of 64 KiB of keys, any peer's without ACL, was a 50 KB line
+        log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=clipped(masked(props)))
         answer.callback(respond(state, request))
     state.save_config(saved)  # off the reactor thread: any peer may send it (state/store.py's SavesOfNewest)
     return answer

@@ -199,7 +199,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     topology = Topology(seconds)
     uptime = since_now(steady)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         config_saves.save, BuildsApart(clock).build, acl=acl, uptime=uptime)
+                         config_saves.save, BuildsApart(clock, budget).build, acl=acl, uptime=uptime)
     # the 10 minutes a departure and its lost topics are kept: on the steady clock (clocks.py)
     events, departed = RecentEvents(seconds), DepartedBrokers(seconds, steady)
     lost = LostTopics(seconds, steady=steady)

@@ -6,7 +6,7 @@ import zlib
 
 import crcmod.predefined
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twisted_namesrv.bodies.register import (
@@ -103,6 +103,17 @@ class TestFastjson:
         keys = ["topic", "lo", "ns", "acceptStandardJsonOnly"]
         assert fastjson.java_hash_order(keys) == ["lo", "ns", "topic", "acceptStandardJsonOnly"]
         assert fastjson.java_string_hash("TopicTest") == -1902610879
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=9000) | st.text(max_size=40))
+    def test_java_string_hash_read_in_base_31_is_the_loop_over_its_units(self, text: str) -> None:
+        """ASCII text is hashed by C (two numbers in base 31, 4,096 characters at a time): the same as
+        String.hashCode's loop, at any length (past Python's 4,300 digits of one int() too)."""
+        h = 0
+        for unit in fastjson._utf16_units(text):
+            h = (31 * h + unit) & 0xFFFFFFFF
+        assert fastjson.java_string_hash(text) == (h - (1 << 32) if h & 0x80000000 else h)
+        assert fastjson.java_string_hash("polygenelubricants") == -(1 << 31)
 
     def test_table_sizes_follow_java_constructors(self) -> None:
         assert fastjson.table_size(5, 128) == 128  # HashMap(128)

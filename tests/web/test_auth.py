@@ -255,3 +255,32 @@ async def test_a_loopback_page_answers_only_hosts_that_name_this_machine(tmp_pat
     refused = [e for e in events if e.get("refused") == "host"]
     assert refused and refused[0]["log_level"].name == "warn" and refused[0]["peer"].startswith("127.0.0.1:")
     assert "attacker.example" in refused[0]["named"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_request_with_two_authorization_headers_is_refused_whichever_comes_first(web):
+    """Twisted reads the last Authorization header: a reader's account after a wrong admin one was
+    the reader (403 on /api/kv), the same two the other way round a 401, so a proxy in front that
+    checks the first and this server the last judged two different accounts.  Authorization is one
+    header (RFC 9110): two are now a 400, a refusal (``unauthenticated``), as two Hosts are."""
+    import http.client
+
+    def two(first: tuple[str, str], second: tuple[str, str]) -> int:
+        address = web.removeprefix("http://")
+        connection = http.client.HTTPConnection(address, timeout=10)
+        connection.putrequest("GET", "/api/overview", skip_host=True)
+        connection.putheader("Host", address)
+        for user in (first, second):
+            connection.putheader("Authorization", "Basic " + b64encode(":".join(user).encode()).decode())
+        connection.endheaders()
+        try:
+            return connection.getresponse().status
+        finally:
+            connection.close()
+
+    wrong = ("operator", "wrong")
+    statuses = await threads.deferToThread(lambda: [two(wrong, READER), two(READER, wrong), two(READER, READER)])
+    assert statuses == [400, 400, 400]
+    assert (await threads.deferToThread(raw_get, web, "/api/overview", READER))[0] == 200
+    _, _, metrics = await threads.deferToThread(get, web + "/metrics")
+    assert re.search(rb'namesrv_refusals_total\{listener="http",reason="unauthenticated"\} [1-9]', metrics)

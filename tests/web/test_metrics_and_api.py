@@ -134,6 +134,16 @@ def test_api_shows_brokers_topics_routes_kv_and_events(tmp_path):
     pending = served.api.topics("t", limit=1)
     assert not pending.called and held[0]() == (2, ["T1"])
     state.build_apart = at_once
+    # at most TOPIC_SEARCH_MAX answered, whatever the limit: each is looked up and encoded in the
+    # reactor's thread (limit=999999999999 at a million topics held every lookup for seconds)
+    from twisted_namesrv.web import api as api_module
+
+    api_module.TOPIC_SEARCH_MAX, before = 1, api_module.TOPIC_SEARCH_MAX
+    try:
+        found = served.api.topics("t", limit=999_999_999_999).result
+    finally:
+        api_module.TOPIC_SEARCH_MAX = before
+    assert found["matches"] == 2 and [t["topic"] for t in found["topics"]] == ["T1"]
     route = served.api.route("T1")["route"]
     assert route["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER}
     assert served.api.route("missing") is None
@@ -327,6 +337,27 @@ def test_an_api_document_that_fails_to_be_made_is_answered_500_not_left_open():
     assert request.finished and request.responseCode == 500
     assert json.loads(b"".join(request.written)) == {"error": "the document could not be made: MemoryError"}
     assert any("/api/topics failed" in formatEvent(event) for event in logged)
+
+
+def test_an_api_document_the_memory_budget_has_no_room_to_wait_for_is_a_503_refusal():
+    """An ask waiting for a build takes room in the memory budget (apart.py); one without room is
+    answered 503 with Retry-After, logged and counted as a refusal (memory_budget), not a 500."""
+    from twisted.web.test.requesthelper import DummyRequest
+
+    from twisted_namesrv.apart import NoRoom
+    from twisted_namesrv.refusals import Refusals
+    from twisted_namesrv.web.site import ApiResource
+
+    class Full:
+        def topics(self, query, limit):
+            return defer.fail(NoRoom("no room in receiveMemoryBudget"))
+
+    request, refusals = DummyRequest([b"topics"]), Refusals()
+    ApiResource(Full(), refusals=refusals).render_GET(request)
+    assert request.finished and request.responseCode == 503
+    assert request.responseHeaders.getRawHeaders(b"retry-after") == [b"1"]
+    assert "receiveMemoryBudget" in json.loads(b"".join(request.written))["error"]
+    assert refusals.counts["http", "memory_budget"] == 1
 
 
 def test_costly_health_and_clusters_are_made_again_only_after_four_times_their_cost(tmp_path):

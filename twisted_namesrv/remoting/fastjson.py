@@ -190,10 +190,38 @@ def loads(data: bytes | str) -> Any:
 
 
 def java_string_hash(text: str) -> int:
-    """``String.hashCode()``: 31-based over UTF-16 code units, as a signed 32-bit int."""
+    """``String.hashCode()``: 31-based over UTF-16 code units, as a signed 32-bit int.  ASCII text
+    (every name a broker registers, in practice) is read as two numbers in base 31 by C (each
+    character c is the digits c // 31 and c % 31): a loop over its characters took 170 us for a
+    name of 512, and a route naming 20,000 such groups hashed each at every lookup after a change."""
+    if text.isascii():
+        return _signed(_ascii_hash(text.encode("ascii")))
     h = 0
     for unit in _utf16_units(text):
         h = (31 * h + unit) & 0xFFFFFFFF
+    return _signed(h)
+
+
+#: base 31's digits, and each ASCII byte as its high (c // 31) and low (c % 31) digit in base 31
+_BASE31 = b"0123456789abcdefghijklmnopqrstu"
+_HIGH_DIGIT = bytes.maketrans(bytes(range(128)), bytes(_BASE31[c // 31] for c in range(128)))
+_LOW_DIGIT = bytes.maketrans(bytes(range(128)), bytes(_BASE31[c % 31] for c in range(128)))
+#: characters read by one int() (under Python's 4,300 digits of sys.get_int_max_str_digits)
+_HASH_PIECE = 4096
+
+
+def _ascii_hash(data: bytes) -> int:
+    """sum(c * 31 ** (n - 1 - i)) mod 2 ** 32 over the bytes: sum((31 * high + low) * 31 ** ...) is
+    the high digits read with one more place plus the low digits, piece by piece."""
+    h = 0
+    for start in range(0, len(data), _HASH_PIECE):
+        piece = data[start:start + _HASH_PIECE]
+        value = int(piece.translate(_HIGH_DIGIT) + b"0", 31) + int(piece.translate(_LOW_DIGIT), 31)
+        h = (h * pow(31, len(piece), 1 << 32) + value) & 0xFFFFFFFF
+    return h
+
+
+def _signed(h: int) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 

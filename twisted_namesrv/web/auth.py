@@ -168,6 +168,10 @@ class Gate(resource.Resource):
                                      "is this machine's", path=routed.decode("utf-8", "replace")[:200],
                                      named=_shown(written))
         if self.acl is not None and not is_public(routed):
+            credentials = request.requestHeaders.getRawHeaders(b"authorization") or []
+            if len(credentials) > 1:  # one account a request: a proxy checking the first and this the last differ
+                return self._refused(request, 400, "unauthenticated", "{count} Authorization headers for {path}",
+                                     count=len(credentials), path=routed.decode("utf-8", "replace")[:200])
             account = self.account(request)
             if account is None:
                 return self._refused(request, 401, "unauthenticated", "no valid account for {path}",

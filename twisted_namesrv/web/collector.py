@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from twisted.copyright import version as twisted_version
 
 from .. import __version__
+from ..answer_cache import KEPT_CACHES
 from ..audit import RESULTS
 from ..budget import machine_limit
 from ..context import NamesrvState
@@ -110,6 +111,14 @@ class NamesrvCollector(Collector):
         for result in PUSH_RESULTS:
             pushes.add_metric([result], metrics.pushes[result])
         yield pushes
+        started = CounterMetricFamily("namesrv_kept_started_over", "Times a kept cache of answers started over "
+                                      "past its bound in bytes (or count): routes (the route bodies, 256 MiB), "
+                                      "replies (the answer frames, 64 MiB), cluster_lists (GET_TOPICS_BY_CLUSTER's, "
+                                      "64 MiB); often: a peer filling it, or a bound too small for the tables",
+                                      labels=["cache"])
+        for cache in KEPT_CACHES:
+            started.add_metric([cache], self.state.answers.started_over[cache])
+        yield started
         limit = machine_limit()
         if limit is not None:  # read at each scrape: a container's limit may be resized in place
             yield GaugeMetricFamily("namesrv_memory_limit_bytes", "The memory this process may use before the kernel "

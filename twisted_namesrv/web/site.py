@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import pages, resource, server
 
+from ..apart import NoRoom
 from ..budget import FdBudget
 from ..context import NamesrvState
 from ..observations import Observations
@@ -48,7 +49,7 @@ class MetricsPage(resource.Resource):
     def __init__(self, state: NamesrvState, factory: RemotingFactory, seen: Observations, health: HealthWatch,
                  controller: Any = None, peers: PeersService | None = None) -> None:
         super().__init__()
-        self.build_apart = state.build_apart
+        self.build_apart, self.refusals = state.build_apart, state.refusals
         self.registry = registry(state, factory, seen, health, peers)
         if controller is not None:  # RocketMQ 5.x's controller in this process
             from ..controller.web import ControllerCollector
@@ -57,7 +58,8 @@ class MetricsPage(resource.Resource):
 
     def render_GET(self, request: server.Request) -> Any:
         request.setHeader(b"content-type", CONTENT_TYPE_LATEST.encode())
-        return answer_later(request, self.build_apart("metrics", self._begin), bytes, "/metrics")
+        return answer_later(request, self.build_apart("metrics", self._begin), bytes, "/metrics",
+                            self.refusals)
 
     def _begin(self) -> Callable[[], bytes]:
         """In the reactor's turn: what every family says now; their series (those per broker, group
@@ -78,10 +80,11 @@ class _Read:
 
 
 def answer_later(request: server.Request, made: defer.Deferred[Any], encode: Callable[[Any], bytes],
-                 what: str) -> Any:
+                 what: str, refusals: Refusals | None = None) -> Any:
     """Write ``encode(what made makes)`` once it is made (NOT_DONE_YET); a client that went meanwhile
     lets a build not begun go (apart.py), and a build that fails is answered 500, never left open (the
-    port's connections are few)."""
+    port's connections are few); one the memory budget had no room to wait for (apart.py: NoRoom)
+    503, a refusal (``memory_budget``)."""
     gone: list[object] = []  # the client went before the document was made: nothing to write
 
     def went(failure: Failure) -> None:
@@ -97,6 +100,14 @@ def answer_later(request: server.Request, made: defer.Deferred[Any], encode: Cal
     def failed(failure: Failure) -> None:
         if gone and failure.check(defer.CancelledError):
             return  # let go with its client
+        if failure.check(NoRoom):
+            (refusals or Refusals())("http", "memory_budget", peer_text(request.getClientAddress()),
+                                     "{what} refused: {why} (503)", what=what, why=str(failure.value))
+            request.setResponseCode(503)
+            request.setHeader(b"retry-after", b"1")
+            request.setHeader(b"content-type", b"application/json")
+            write(json.dumps({"error": f"server busy: {failure.value}"}).encode())
+            return
         log.failure("{what} failed", failure, what=what)
         if not gone:
             request.setResponseCode(500)
@@ -187,7 +198,8 @@ class ApiResource(resource.Resource):
             return document
         if not isinstance(document, defer.Deferred):
             return json.dumps(document).encode()
-        return answer_later(request, document, lambda made: json.dumps(made).encode(), f"/api/{name}")
+        return answer_later(request, document, lambda made: json.dumps(made).encode(), f"/api/{name}",
+                            self.refusals)
 
     def _topics(self, request: server.Request) -> defer.Deferred[dict[str, Any]]:
         """A topic search, held against the search budget (web/searches.py) until it is answered."""

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""What one cycle of a peer that may register costs the reactor's thread when a topic is served by
+many broker groups: unregister one of them, register it again, look the topic up (its route is
+encoded anew after every change), at GROUPS groups named in NAME characters.
+
+usage: tools/route_cost.py [--groups 2000] [--name 512] [--rounds 3] [--src DIR]
+
+Registers them into a dispatcher on a fake clock (in process, no port, 5.3.3's shapes), each group
+a cluster of its own serving the topic and one of its own, then times the cycle (``time.process_time``,
+each round) and counts one cycle's Python calls (cProfile).  ``--src`` runs another checkout's code
+(an older commit: the before)."""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=2000)
+    parser.add_argument("--name", type=int, default=512, help="characters of each cluster, group name and address")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.src))
+    from tests.test_processor import Namesrv
+    from twisted_namesrv.remoting import RequestCode
+
+    ns = Namesrv(Path(tempfile.mkdtemp()), maxNameLength=max(args.name, 512))
+
+    def pad(text: str) -> str:
+        return text.ljust(args.name, "x")
+
+    for group in range(args.groups):
+        ns.register(cluster=pad(f"c{group}-"), name=pad(f"g{group}-"), addr=pad(f"{group}:"),
+                    topics=("T", f"U{group}"), channel=group)
+
+    def cycle(counter: int) -> int:
+        ns.call(RequestCode.UNREGISTER_BROKER, {"brokerName": pad("g5-"), "brokerAddr": pad("5:"),
+                                                "clusterName": pad("c5-"), "brokerId": "0"})
+        ns.register(cluster=pad("c5-"), name=pad("g5-"), addr=pad("5:"), topics=("T", "U5"), channel=5,
+                    version=(1, counter))
+        return len(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}).body)
+
+    size = cycle(2)
+    laps = []
+    for counter in range(3, 3 + args.rounds):
+        start = time.process_time()
+        cycle(counter)
+        laps.append(round((time.process_time() - start) * 1000))
+    profile = cProfile.Profile()
+    profile.enable()
+    cycle(100)
+    profile.disable()
+    print(f"{args.groups} groups on one topic, names of {args.name}: route {size} bytes; a cycle {laps} ms of CPU, "
+          f"{pstats.Stats(profile).total_calls} Python calls; load {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
