@@ -354,3 +354,36 @@ def test_asks_waiting_for_a_build_hold_room_in_the_memory_budget_and_past_it_are
     made = yield defer.gatherResults(answers[:-1])
     assert all(answer.code == ResponseCode.SUCCESS for answer in made)
     assert budget.held == 0  # every ask answered gave its room back
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_scrape_is_made_when_the_memory_budget_has_no_room_for_other_asks():
+    """Prometheus' scrapes (``Scrape``) take nothing from the memory budget: the HTTP port's own
+    connection limit bounds them, they all join one build, and a scrape refused when the budget is
+    full read as the server down (NamesrvDown, up 0) just when an operator needs its figures."""
+    from twisted_namesrv.apart import NoRoom, Scrape
+    from twisted_namesrv.budget import MemoryBudget
+
+    budget = MemoryBudget(0)
+    builds = BuildsApart(reactor, budget)
+    refused = builds.build("topics", lambda: lambda: b"topics")
+    with pytest.raises(NoRoom):
+        yield refused
+    made = yield builds.build(Scrape("metrics"), lambda: lambda: b"# metrics")
+    assert made == b"# metrics"
+    assert budget.held == 0 and builds.asks == 0 and builds.refused == 1
+
+
+def test_metrics_page_asks_as_a_scrape():
+    """The /metrics page is the one HTTP document asked for as a ``Scrape``."""
+    from twisted.web.test.requesthelper import DummyRequest
+
+    from twisted_namesrv.apart import Scrape
+    from twisted_namesrv.web.site import MetricsPage
+
+    asked: list[object] = []
+    page = MetricsPage.__new__(MetricsPage)
+    page.build_apart = lambda key, begin: (asked.append(key), defer.succeed(b""))[1]
+    page.refusals = None
+    page.render_GET(DummyRequest([b"metrics"]))
+    assert asked == [Scrape("metrics")]

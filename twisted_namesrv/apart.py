@@ -61,6 +61,15 @@ class Behind(NamedTuple):
     key: Hashable
 
 
+class Scrape(NamedTuple):
+    """A key whose asks take nothing from the memory budget: Prometheus' scrapes of /metrics. They
+    are few (the HTTP port's own connection limit bounds them, and all join one build), and a scrape
+    refused when the budget is full would read as the server down (NamesrvDown) just when an
+    operator needs its figures."""
+
+    key: Hashable
+
+
 class BuildsApart:
     """``build(key, begin)``: a Deferred of what ``begin()()`` returns, made in a thread of ``reactor``'s pool."""
 
@@ -81,7 +90,7 @@ class BuildsApart:
     def build(self, key: Hashable, begin: Begin[T]) -> defer.Deferred[T]:
         if not interfaces.IReactorThreads.providedBy(self.reactor):
             return at_once(key, begin)
-        budget = self.budget
+        budget = None if isinstance(key, Scrape) else self.budget
         if budget is not None and not budget.take(WAITER_BYTES, inflation=False):
             self.refused += 1
             return defer.fail(NoRoom(f"no room in receiveMemoryBudget ({budget.limit} bytes, {budget.held} held) "
@@ -102,13 +111,13 @@ class BuildsApart:
         mine: defer.Deferred[T] = defer.Deferred(cancelled)
         told.append(mine)
         self._next()
-        return mine.addBoth(self._answered)
+        return mine.addBoth(self._answered, budget)
 
-    def _answered(self, result: T) -> T:
-        """An ask answered, failed or let go: what it held goes back to the budget."""
+    def _answered(self, result: T, budget: MemoryBudget | None) -> T:
+        """An ask answered, failed or let go: what it held goes back to the budget it was taken from."""
         self.asks -= 1
-        if self.budget is not None:
-            self.budget.release(WAITER_BYTES)
+        if budget is not None:
+            budget.release(WAITER_BYTES)
         return result
 
     def _next(self) -> None:

@@ -16,7 +16,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import pages, resource, server
 
-from ..apart import NoRoom
+from ..apart import NoRoom, Scrape
 from ..budget import FdBudget
 from ..context import NamesrvState
 from ..observations import Observations
@@ -58,7 +58,7 @@ class MetricsPage(resource.Resource):
 
     def render_GET(self, request: server.Request) -> Any:
         request.setHeader(b"content-type", CONTENT_TYPE_LATEST.encode())
-        return answer_later(request, self.build_apart("metrics", self._begin), bytes, "/metrics",
+        return answer_later(request, self.build_apart(Scrape("metrics"), self._begin), bytes, "/metrics",
                             self.refusals)
 
     def _begin(self) -> Callable[[], bytes]:
