@@ -137,12 +137,14 @@ def test_the_images_entrypoint_serves_remoting_and_http_on_every_interface(tmp_p
     containerfile = (REPO / "Containerfile").read_text()
     entrypoint = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", containerfile, re.M).group(1))
     assert entrypoint[0] == "/opt/namesrv/bin/twisted-namesrv"
-    args = [str(tmp_path) if a == "/var/lib/namesrv" else a for a in entrypoint[1:]]
+    args = [a.replace("/var/lib/namesrv", str(tmp_path)) for a in entrypoint[1:]]
     options = tap.Options()
     options.parseOptions(args)
     config = options.config
     assert config["bindAddress"] == "0.0.0.0" and http_bind(config) in ("0.0.0.0", "::")
     assert config["metricsPort"] == int(re.search(r"NAMESRV_HTTP_PORT=(\d+)", containerfile).group(1))
+    # a restarted NameServer answers routes at once, as the systemd unit's and the manifest's do
+    assert config["routeSnapshotPath"] == str(tmp_path / "routes.json")
 
 
 def test_the_pod_meets_pod_security_restricted(docs):
