@@ -126,7 +126,8 @@ def _events(truth: dict) -> list[Event]:
         events.append(Event("failover", f"fail-over of {f['broker_name']}: {f['old_master']} lost at "
                             f"{f['master_lost']}, {f['new_master']} master at {f['new_master_at']}",
                             seconds(f["master_lost"]), seconds(f["new_master_at"]),
-                            match={"broker_name": f["broker_name"]}, extra={"no_master": f["no_master_s"]}))
+                            match={"broker_name": f["broker_name"]}, extra={"no_master": f["no_master_s"]},
+                            where=f["namesrv"]))
     for m in truth["moves"]:
         events.append(Event("move", f"{m['broker_name']} moved {m['from']} -> {m['to']} at {m['at']}",
                             seconds(m["at"]), match={"broker_name": m["broker_name"]}))

@@ -348,7 +348,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
                 back = [s for s in stays if s["namesrv"] == st["namesrv"] and s["broker_addr"] == st["broker_addr"]
                         and s["registered"] > lost
                         and s["ids"][0]["broker_id"] != 0]
-                failovers.append({"cluster": st["cluster"], "broker_name": st["broker_name"], "master_lost": lost,
+                failovers.append({"namesrv": st["namesrv"], "cluster": st["cluster"], "broker_name": st["broker_name"],
+                                  "master_lost": lost,
                                   "old_master": st["broker_addr"], "new_master": other["broker_addr"],
                                   "new_master_at": promo[0]["from"], "no_master_s": round(promo[0]["from"] - lost, 3),
                                   "old_master_back_as_slave_at": back[0]["registered"] if back else None})
