@@ -134,15 +134,26 @@ def calls_at(groups: Groups, servers: set[str]) -> None:
 
 def note_routes_found(found: dict[Any, float], calls: pa.StructArray) -> None:
     """Note a batch of schema.CALL_ROWS' route lookups answered with a route: by topic, the first
-    (Tally.routes_found): when a topic was known, and a lookup before that is no warning."""
+    (Tally.routes_found): when a topic was known, and a lookup before that is no warning. For a
+    consumer group's retry or dead-letter topic also by (topic, client): when that client had its
+    route, so that its TOPIC_NOT_EXIST after it is no start-up lookup (evidence: a later consumer of
+    the same group asks before the topic reaches its NameServer, which is start-up again)."""
     served = pc.and_(pc.fill_null(pc.equal(calls.field("code"), int(RequestCode.GET_ROUTEINFO_BY_TOPIC)), False),
                      pc.fill_null(pc.equal(calls.field("response_code"), 0), False))
     if not pc.any(served).as_py():
         return
-    table = pa.table({"topic": calls.field("topic"), "ts": calls.field("ts")}).filter(served)
+    table = pa.table({"topic": calls.field("topic"), "client": calls.field("client"),
+                      "ts": calls.field("ts")}).filter(served)
     first = table.group_by("topic").aggregate([("ts", "min")])
     merge_earliest(found, dict(zip(first.column("topic").to_pylist(), first.column("ts_min").to_pylist(),
                                    strict=True)))
+    group_topics = table.filter(pc.fill_null(pc.or_(*(pc.starts_with(table.column("topic"), prefix)
+                                                      for prefix in GROUP_TOPIC_PREFIXES)), False))
+    if group_topics.num_rows:
+        per_client = group_topics.group_by(["topic", "client"]).aggregate([("ts", "min")])
+        merge_earliest(found, dict(zip(zip(per_client.column("topic").to_pylist(),
+                                           per_client.column("client").to_pylist(), strict=True),
+                                       per_client.column("ts_min").to_pylist(), strict=True)))
 
 
 def note_served(served: Counter[Any], calls: pa.StructArray) -> None:
@@ -334,6 +345,10 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             if not count:
                 continue
         if _is_topic_not_exist(name, response) and str(topic).startswith(GROUP_TOPIC_PREFIXES):
+            had = (routes_found or {}).get((topic, client))
+            if had is not None and last > had:
+                found.append(_group_topic_gone(client, topic, count, first, last, had))
+                continue
             found.append(_finding("retry_topic_lookup", INFO, f"{client} asked {count}x for the route of {topic!r}: "
                                   f"TOPIC_NOT_EXIST (a consumer group's retry or dead-letter topic, made when "
                                   f"first needed: normal at start-up)", topic=topic, client=client, count=count,
@@ -1036,6 +1051,17 @@ def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, m
     return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
                     f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, its route served from {_iso(made)}): a topic "
                     f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made), **facts)
+
+
+def _group_topic_gone(client: Any, topic: Any, count: int, first: Any, last: Any, had: float) -> Item:
+    """A consumer group's retry or dead-letter topic answered TOPIC_NOT_EXIST to a client after that
+    client had been served its route: not a consumer's start-up lookup but a route gone (its brokers
+    left, or it was deleted) with no cause the replay saw (a cut capture keeps no registration's topics)."""
+    return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
+                    f"TOPIC_NOT_EXIST, the last at {_iso(last)}, after this client had been served its route at "
+                    f"{_iso(had)} (a consumer group's retry or dead-letter topic, not only its start-up lookup: the "
+                    f"route went away and what took it is not in the capture)", topic=topic, client=client,
+                    count=count, first=_iso(first), last=_iso(last), served_to_client=_iso(had))
 
 
 def _made_after(routes_found: dict[Any, float], topic: Any, last_unknown: Any) -> Any:

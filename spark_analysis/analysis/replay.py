@@ -715,11 +715,16 @@ def stories_of(stays: list[Stay]) -> list[dict[str, Any]]:
     (the master lost, a slave of the group made master, the old master back as a slave) as one
     story; an address new to the group taking the id another address left (a move); an address
     registering with another brokerId (re-numbered), unless a fail-over tells it. Stays whose broker
-    name a snap length cut belong to no group anyone can tell: they tell nothing together."""
+    name a snap length cut belong to no group anyone can tell: they tell nothing together, but each
+    connection's own brokerId changes where the cut kept the id (a slave an operator promoted on the
+    same connection: 1 -> 0)."""
     groups: dict[tuple[str | None, str | None], list[Stay]] = {}
+    unnamed: dict[str, list[Stay]] = {}
     for stay in stays:
         if stay.end != REFUSED and stay.broker_name is not None:
             groups.setdefault((stay.cluster, stay.broker_name), []).append(stay)
+        elif stay.end != REFUSED:
+            unnamed.setdefault(stay.broker_addr, []).append(stay)
     told: list[dict[str, Any]] = []
     for (cluster, name), members in groups.items():
         members.sort(key=lambda s: s.registered)
@@ -727,6 +732,10 @@ def stories_of(stays: list[Stay]) -> list[dict[str, Any]]:
         told += _failovers(cluster, name, members, folded)
         told += _moves(cluster, name, members)
         told += _renumbers(cluster, name, members, folded)
+    for members in unnamed.values():
+        if any(broker_id is None for stay in members for broker_id, _ in stay.ids):
+            continue  # an id the cut left out is no change of it
+        told += _renumbers(members[0].cluster, None, sorted(members, key=lambda s: s.registered), set())
     return told
 
 

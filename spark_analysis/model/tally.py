@@ -53,7 +53,9 @@ class Tally(ReadTally):
     groups: Groups = field(default_factory=dict)  # analysis/findings.note_calls
     #: topic -> when a lookup of it was first answered with a route (analysis/findings.note_routes_found):
     #: a time per topic, merged by the earliest; a clients' decoding task notes thousands of topics, and
-    #: as groups (a count and two times each, folded key by key) they were half of the driver's merge
+    #: as groups (a count and two times each, folded key by key) they were half of the driver's merge.
+    #: A consumer group's retry and dead-letter topics are also keyed (topic, client): when that client
+    #: had the route (a lookup failing after it is no start-up lookup)
     routes_found: dict[Any, float] = field(default_factory=dict)
     clients: Counter[Any] = field(default_factory=Counter[Any])  # analysis/clients
     #: (server endpoint, request code) -> requests it was asked: what kind of server it is (model/endpoints)

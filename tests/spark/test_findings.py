@@ -574,6 +574,34 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
     assert findings_module.attention(said)["attention"].startswith("1 warning: 2 unknown topics")
 
 
+def test_a_retry_topic_unknown_after_its_client_had_its_route_is_a_warning() -> None:
+    """A consumer's lookups of its group's retry topic answered TOPIC_NOT_EXIST before the topic
+    exists are start-up (information). Once that client was served the route, a TOPIC_NOT_EXIST is
+    the route gone (its broker stopped: in a cut capture the replay sees no cause): a warning. A
+    later consumer of the same group asking before it has the route is start-up again, so the time
+    is the client's own, not the capture's first route of the topic."""
+    def lookup(t: float, client: str, code: int) -> tuple:
+        return (t, "c", client, 105, "GET_ROUTEINFO_BY_TOPIC", int(t), code, 1.0, False, "%RETRY%G", None,
+                "s:9876", None, False, "in.pcap", "s:9876@x")
+
+    rows = [lookup(1.0, "10.0.0.7:1", 17), lookup(3.0, "10.0.0.7:1", 0), lookup(5.0, "10.0.0.7:1", 17),
+            lookup(6.0, "10.0.0.8:1", 17), lookup(8.0, "10.0.0.8:1", 0), lookup(2.0, "10.0.0.9:1", 17)]
+    groups: findings_module.Groups = {}
+    batch = pa.array(rows, type=tables.row_type(CALL))
+    findings_module.note_calls(groups, batch)
+    routes_found: dict = {}
+    findings_module.note_routes_found(routes_found, batch)
+    findings_module.calls_at(groups, {"s:9876"})
+    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups),
+                                    routes_found=routes_found)
+    assert sorted((f["kind"], f["severity"], f["client"], f["count"]) for f in said) == [
+        ("retry_topic_lookup", "info", "10.0.0.8:1", 1), ("retry_topic_lookup", "info", "10.0.0.9:1", 1),
+        ("topic_not_exist", "warning", "10.0.0.7:1", 2)]
+    gone = next(f for f in said if f["kind"] == "topic_not_exist")
+    assert gone["served_to_client"] == findings_module._iso(3.0) and "after this client had been served" in gone[
+        "message"]
+
+
 def test_the_headline_counts_what_happened() -> None:
     """Two restarts of one NameServer are "2 NameServer restarts" (not "1 NameServer restart" with
     "(2x)" inside); nouns naming things still count the things: one broker closing twice is 1 broker."""

@@ -307,6 +307,21 @@ def test_brokers_a_snap_length_cut_the_names_of_tell_no_move() -> None:
         assert stories_of(replay.stays) == [], name
 
 
+def test_a_slave_promoted_on_its_connection_is_told_when_a_snap_length_cut_its_name() -> None:
+    """tcpdump -s 128 keeps a 4.9.8 broker's brokerId but not its name or address: an operator's
+    updateBrokerConfig making a slave id 0 on the same connection is that connection's brokerId
+    change (1 -> 0), told though it belongs to no group; an id the cut left out is no change."""
+    conn = cut_broker_addr("127.0.0.1:40380")
+    replay = replayed([event(10.0, REGISTER, addr=conn, name=None, broker_id=1, cluster=None),
+                       event(40.0, REGISTER, addr=conn, name=None, broker_id=1, cluster=None),
+                       event(70.0, REGISTER, addr=conn, name=None, broker_id=0, cluster=None)], end=150.0)
+    assert [(s["kind"], s["broker_addr"], s["broker_name"], s["id_from"], s["id_to"], s["t"])
+            for s in stories_of(replay.stays)] == [("broker_id_change", conn, None, 1, 0, iso_time(70.0))]
+    unknown = replayed([event(10.0, REGISTER, addr=conn, name=None, broker_id=None, cluster=None),
+                        event(70.0, REGISTER, addr=conn, name=None, broker_id=0, cluster=None)], end=150.0)
+    assert stories_of(unknown.stays) == []
+
+
 def _ends(**connections: ConnectionEnds) -> dict[tuple[str, str], ConnectionEnds]:
     return {tuple(sorted((peer, SERVER))): found for peer, found in connections.items()}
 

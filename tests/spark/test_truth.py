@@ -146,7 +146,8 @@ def _told(truth: dict) -> dict:
             add("server_stopped", ns["runs"][-1]["down"], server=ns["endpoint"])
     log = truth.get("controller_log")
     for f in truth["failovers"]:
-        add("failover", f["master_lost"], broker_name=f["broker_name"], no_master_s=f["no_master_s"],
+        add("failover", f["master_lost"], server=f["namesrv"], broker_name=f["broker_name"],
+            no_master_s=f["no_master_s"],
             new_master=f["new_master"], **_controller_view(f, log))
     for m in truth["moves"]:
         add("broker_address_change", m["at"], broker_name=m["broker_name"])
@@ -288,6 +289,8 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
         assert any(p.startswith("wrong time") for p in judge(truth, late)), timed[0]
 
     for n, count in enumerate(truth.get("topic_counts", [])):  # a topic count the NameServer did not hold
+        if not any(perm["at"] == count["at"] and perm["broker_name"] for perm in truth["write_perm"]):
+            continue  # a change whose broker name a snap length cut: the report cannot tell its count
         miscounted = copy.deepcopy(summary)
         item = next(i for f in miscounted["findings"] for i in f["evidence"] if i["kind"].startswith("write_perm")
                     and i["t"] == count["at"] and i["broker_name"] == count["broker_name"])

@@ -108,7 +108,9 @@ def _events(truth: dict) -> list[Event]:
                                 "step back", ended, match={"broker_addr": s["broker_addr"]}, where=s["namesrv"]))
         else:
             extra = {"silence": s["silence_s"]} if s["end"] == "expired" else {}
-            also = ("failover",) if (s["broker_addr"], s["ended_at"]) in failover_masters else ()
+            # the report tells a master's close by its fail-over; a clean unregister or an expiry keeps its own item
+            also = ("failover",) if s["end"] == "connection_closed" and (
+                s["broker_addr"], s["ended_at"]) in failover_masters else ()
             events.append(Event(s["end"], f"{who} {s['end']} at {s['ended_at']}", ended,
                                 match={"broker_addr": s["broker_addr"]}, extra=extra, also=also, where=s["namesrv"]))
     for ns in truth["nameservers"]:
@@ -124,7 +126,8 @@ def _events(truth: dict) -> list[Event]:
         events.append(Event("failover", f"fail-over of {f['broker_name']}: {f['old_master']} lost at "
                             f"{f['master_lost']}, {f['new_master']} master at {f['new_master_at']}",
                             seconds(f["master_lost"]), seconds(f["new_master_at"]),
-                            match={"broker_name": f["broker_name"]}, extra={"no_master": f["no_master_s"]}))
+                            match={"broker_name": f["broker_name"]}, extra={"no_master": f["no_master_s"]},
+                            where=f["namesrv"]))
     for m in truth["moves"]:
         events.append(Event("move", f"{m['broker_name']} moved {m['from']} -> {m['to']} at {m['at']}",
                             seconds(m["at"]), match={"broker_name": m["broker_name"]}))

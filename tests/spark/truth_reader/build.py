@@ -331,20 +331,25 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     # failovers, moves, renumbers
     failovers, moves, renumbers = [], [], []
     in_failover = set()
-    for st in stays:
-        if st["end"] != "connection_closed" or st["ids"][-1]["broker_id"] != 0:
+    for st in stays:  # a master lost: killed, stopped cleanly (an operator then promoting a slave) or expired
+        if st["end"] not in ("connection_closed", "unregistered", "expired") or st["ids"][-1]["broker_id"] != 0:
+            continue
+        if st["broker_name"] is None:  # a snap length cut its name: which group it was, the packets cannot tell
             continue
         lost = st["ended_at"]
         for other in stays:
-            if other is st or other["broker_name"] != st["broker_name"] or other["broker_addr"] == st["broker_addr"]:
+            if other is st or other["namesrv"] != st["namesrv"] or other["broker_name"] != st["broker_name"] \
+                    or other["broker_addr"] == st["broker_addr"]:
                 continue
             if other["registered"] >= lost:  # a promotion: the new master was there before as a slave
                 continue
             promo = [i for i in other["ids"] if i["broker_id"] == 0 and i["from"] >= lost - 0.5]
             if promo and promo[0]["from"] - lost < 60:
-                back = [s for s in stays if s["broker_addr"] == st["broker_addr"] and s["registered"] > lost
+                back = [s for s in stays if s["namesrv"] == st["namesrv"] and s["broker_addr"] == st["broker_addr"]
+                        and s["registered"] > lost
                         and s["ids"][0]["broker_id"] != 0]
-                failovers.append({"cluster": st["cluster"], "broker_name": st["broker_name"], "master_lost": lost,
+                failovers.append({"namesrv": st["namesrv"], "cluster": st["cluster"], "broker_name": st["broker_name"],
+                                  "master_lost": lost,
                                   "old_master": st["broker_addr"], "new_master": other["broker_addr"],
                                   "new_master_at": promo[0]["from"], "no_master_s": round(promo[0]["from"] - lost, 3),
                                   "old_master_back_as_slave_at": back[0]["registered"] if back else None})
@@ -392,15 +397,15 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         else:
             op = "wipe" if code == WIPE else "add"
             perms.append({"namesrv": e, "op": op, "broker_name": ext.get("brokerName"), "at": t})
-            counted = _logged_count(log, op, ext.get("brokerName", ""), t, problems)
+            counted = _logged_count(log, op, ext.get("brokerName"), t, problems)
             if counted is not None:
                 fields = (ans or {}).get("extFields") or {}
                 answered = fields.get("wipeTopicCount" if code == WIPE else "addTopicCount")
                 if answered is not None and int(answered) != counted[0]:
                     problems.append(f"{op} write perm of {ext.get('brokerName')} at {iso(t)}: the log says "
                                     f"{counted[0]} topics, the answer {answered}")
-                topic_counts.append({"namesrv": e, "broker_name": ext.get("brokerName"), "at": t, "op": op,
-                                     "topics": counted[0], "log": log.message(counted[1])[:180]})
+                topic_counts.append({"namesrv": e, "broker_name": ext.get("brokerName") or counted[2], "at": t,
+                                     "op": op, "topics": counted[0], "log": log.message(counted[1])[:180]})
 
     # refused connection attempts
     refused = defaultdict(list)
@@ -768,14 +773,24 @@ def other_servers(other_conns, why: dict[str, str]) -> list[dict]:
     return out
 
 
-def _logged_count(log, op: str, broker_name: str, t: float, problems: list[str]):
-    """(topics, line) of the NameServer's own line for a write-permission change near ``t``: how many
-    topics of the broker's it touched, which are the topics it held for that broker then."""
-    hits = log.find("write_perm", t, op=op, broker=broker_name)
+def _logged_count(log, op: str, broker_name: str | None, t: float, problems: list[str]):
+    """(topics, line, broker name) of the NameServer's own line for a write-permission change near ``t``:
+    how many topics of the broker's it touched, which are the topics it held for that broker then.
+    A name a snap length cut (None) is the one such line's near ``t`` (two would be a PROBLEM)."""
+    if broker_name is None:
+        hits = [(lt, line) for lt, line in log.lines if re.search(rf"{op} write perm of broker\[[^\]]*\]", line)
+                and -3.0 <= lt - t <= 4.0]
+        if len(hits) > 1:
+            problems.append(f"{len(hits)} '{op} write perm' log lines near {iso(t)}: which broker's, the cut hides")
+            return None
+    else:
+        hits = log.find("write_perm", t, op=op, broker=broker_name)
     if not hits:
         problems.append(f"no '{op} write perm' log line near {iso(t)} for {broker_name}")
         return None
-    return int(re.search(r", (\d+)\s*$", hits[0][1]).group(1)), hits[0][1]
+    line = hits[0][1]
+    return (int(re.search(r", (\d+)\s*$", line).group(1)), line,
+            re.search(r"write perm of broker\[([^\]]*)\]", line).group(1))
 
 
 def _close(st, t, side, c, runs, log, problems, key):

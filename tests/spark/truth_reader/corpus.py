@@ -44,6 +44,22 @@ def _ops(capture: str) -> list[str]:
                 logs=("namesrv.log", "namesrv-9877.log"))
 
 
+V4OPS = ("RocketMQ 4.9.8, two NameServers (:9876, :9877): broker-a and its slave broker-a-s registered with both, "
+         "broker-b with :9876 only (its namesrvAddr names one NameServer: a misconfiguration); wipe/add of broker-b "
+         "at :9876 (the log: 12 topics); deleteTopic TopicDel at both; broker-a (master) stops cleanly and the "
+         "operator promotes broker-a-s by updateBrokerConfig (brokerId 0, brokerRole ASYNC_MASTER: its next "
+         "registration, on the same connection, is as id 0); broker-b stops cleanly while a consumer of TopicOnB "
+         "(on broker-b only) runs, then a producer's lookups of TopicOnB fail and its send by TBW102 makes broker-a "
+         "create it. The NameServers and the promoted broker-a run on past the capture's end. Four tcpdumps ran at "
+         "once on the namespace (-i any), each folder v4-ops-* one of them")
+
+
+def _v4ops(capture: str, *extra: str) -> list[str]:
+    """v4-ops-s64, -s128, -ring and -late: one run captured four ways at once (they share steps and logs)."""
+    return _one("4.9.8", "--why", f"127.0.0.1:9877={LAUNCH}", *extra, "--note", V4OPS, "--note", capture,
+                ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log"))
+
+
 def _one(version: str, *extra: str, logs: tuple[str, ...] = ("namesrv.log",), ports: str = "9876",
          why: str = LAUNCH, endpoint: str = "127.0.0.1:9876") -> list[str]:
     return [version, ports, "--logs", *logs, "--why", f"{endpoint}={why}", *extra]
@@ -252,6 +268,17 @@ ARGS: dict[str, list[str]] = {
                       "its connection), six files named as operators name them, read as one capture"),
     "v5-opsng": _ops("dumpcap -i any -s 200 -w v5-opsng.pcapng: a pcapng of Linux cooked v1 packets cut at 200 "
                      "bytes, its own statistics saying nothing dropped"),
+    "v4-ops-s64": _v4ops("tcpdump -i any -s 64 'tcp portrange 9876-9877': Linux cooked v2 (20 bytes), IPv4 and a "
+                         "32-byte TCP header: every packet carrying bytes cut before its first byte of payload"),
+    "v4-ops-s128": _v4ops("tcpdump -i any -s 128 'tcp portrange 9876-9877': Linux cooked v2, 56 bytes of payload "
+                          f"kept (no broker's name or address survives); a broker is named {CUT_NAMING}"),
+    "v4-ops-ring": _v4ops("tcpdump -i any -s 128 -C 1 -W 3 with no filter: a ring of three 1 MB files that wrapped "
+                          "(five files written, the first two overwritten: tcpdump's listing in the steps): "
+                          "v4-ops-ring.pcap2 holds the third, pcap0 the fourth, pcap1 the fifth; the set begins "
+                          "mid-stream, after every broker registered and the consumer started", "--ring",
+                          "v4-ops-ring.pcap2.xz", "2", "--other-ports", "10909", "10911", "10921", "10931"),
+    "v4-ops-late": _v4ops("tcpdump -i any -s 0 'tcp portrange 9876-9877' started at 23:00:57.304Z, after the "
+                          "cluster was up: every broker's connection and first registration older than it"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
                    "(python -m twisted_namesrv --compat 5.3.3 --tls-mode enforcing), its clients this project's "
