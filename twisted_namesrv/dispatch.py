@@ -198,6 +198,9 @@ class Dispatcher:
         #: a first registration of the common shape through the fused path (processor.register_fused);
         #: False sends every one the general way (the equivalence tests' reference)
         self.fused = True
+        #: the codes some observer hears (``observe``: an observer's ``heard_codes``, every code
+        #: for one without them): a registration of a code no observer hears may skip its request
+        self._heard_codes: frozenset[int] | None = frozenset()
 
     @property
     def answers(self) -> Any:
@@ -205,8 +208,12 @@ class Dispatcher:
         return self.state.answers if self.table.keeps_answers else _NoAnswersKept
 
     def observe(self, observer: Observer) -> None:
-        """``observer(request, peer, response)`` after every dispatched request from now on."""
+        """``observer(request, peer, response)`` after every dispatched request from now on (only
+        those of its ``heard_codes`` when it names them: the others' may be answered without a
+        request made for it, ``processor.register_fused``)."""
         self.observers.append(observer)
+        codes = getattr(observer, "heard_codes", None)
+        self._heard_codes = None if codes is None or self._heard_codes is None else self._heard_codes | codes
 
     # -- frames in, frames out ------------------------------------------------------------------
     def answer(self, frames: list[bytes], peer: Peer, out: list[bytes], room: int = NO_LIMIT) -> Later | Full | None:
@@ -252,6 +259,15 @@ class Dispatcher:
             index += 1
             if not big and self._at_once >= AT_ONCE_PER_TURN and self._turn_full_for(frame):
                 return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
+            full = None  # whether this turn's AT_ONCE_PER_TURN are answered (asked once: _turn_full counts)
+            if not big and frame.startswith(processor.FUSED_HEAD, 4) and self._fusable():
+                full = self._cooperator is not None and self._turn_full()
+                if not full:
+                    encoded = self._fused(frame, peer, begun)
+                    if encoded is not None:
+                        out.append(encoded)
+                        used += len(encoded)
+                        continue
             request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy
                                              answers.headers)
             if request.is_response:
@@ -260,7 +276,7 @@ class Dispatcher:
                 if big:
                     return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator, renewable),
                                  frames[index:], len(frame))
-                if self._turn_full():
+                if self._turn_full() if full is None else full:
                     return Later(self._answer_next_turn(frame, request, peer, begun), frames[index:], len(frame))
             outcome = run_steps(self._outcome(request, peer))
             # waits for the controller log: the frames after it wait too
@@ -271,6 +287,27 @@ class Dispatcher:
                 out.append(encoded)
                 used += len(encoded)
         return None
+
+    def _fusable(self) -> bool:
+        """Whether a registration may take the fused path: the NameServer's, no observer hearing it."""
+        heard = self._heard_codes
+        return (self.fused and self.table is NAMESRV_TABLE
+                and heard is not None and RequestCode.REGISTER_BROKER not in heard)
+
+    def _fused(self, frame: bytes, peer: Peer, begun: float) -> bytes | None:
+        """A first registration of the common shape through processor.register_fused: its answer,
+        encoded and kept, counted; None when the general path answers it (nothing changed)."""
+        try:
+            fused = processor.register_fused(self.state, frame, peer)
+        except Exception as exc:  # (a bug past the point of no return: one answer, as _outcome's)
+            request = RemotingCommand.decode(frame, self.answers.headers)
+            return self._answer_frame(frame, request, peer, Answer(self._failed(request, peer, exc), handled=False),
+                                      begun)
+        if fused is None or isinstance(fused, processor.Fused):
+            return None if fused is None else self._answer_frame(frame, fused.request, peer, fused.answer, begun)
+        if self.count_requests:
+            self.metrics.answered(RequestCode.REGISTER_BROKER, ResponseCode.SUCCESS, perf_counter() - begun)
+        return fused
 
     def _turn_full_for(self, frame: bytes) -> bool:
         """Whether this turn, already full, leaves ``frame`` for a later one without decoding it:
