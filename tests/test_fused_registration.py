@@ -99,6 +99,10 @@ def header_bytes(ext: dict[str, str], opaque: int, version: int, shape: str) -> 
         fields = {"extFields": ext, **{k: v for k, v in fields.items() if k != "extFields"}}
     elif shape == "oneway":
         fields["flag"] = 2
+    elif shape == "boolean":
+        fields["flag"] = False  # fastjson refuses it: the connection closes
+    elif shape == "big opaque":
+        fields["opaque"] = 1 << 31  # past an int: refused likewise
     elif shape == "number":
         fields["extFields"] = {**ext, "brokerId": int(ext["brokerId"])} if ext.get("brokerId", "").isdigit() else ext
     text = json.dumps(fields, separators=(",", ":")).encode()
@@ -109,7 +113,7 @@ def frame(header: bytes, body: bytes) -> bytes:
     return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
 
 
-SHAPES = ["plain"] * 12 + ["remark", "language", "reordered", "oneway", "number", "trailing"]
+SHAPES = ["plain"] * 12 + ["remark", "language", "reordered", "oneway", "number", "trailing", "boolean", "big opaque"]
 
 
 def registration(rng: random.Random, broker: dict[str, Any], opaque: int) -> bytes:

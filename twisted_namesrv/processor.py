@@ -300,10 +300,11 @@ def register_fused(state: NamesrvState, frame: bytes, peer: Peer) -> bytes | Fus
         obj = fastjson.loads(frame[4:end])
     except (UnicodeDecodeError, ValueError):
         return None
-    if type(obj) is not dict or obj.keys() != _FUSED_KEYS or obj["flag"] != 0 or obj["language"] != "JAVA":
+    if type(obj) is not dict or obj.keys() != _FUSED_KEYS or obj["language"] != "JAVA":
         return None
-    ext, version, opaque = obj["extFields"], obj["version"], obj["opaque"]
-    if (obj["code"] != RequestCode.REGISTER_BROKER or type(ext) is not dict or type(version) is not int
+    ext, version, opaque, flag = obj["extFields"], obj["version"], obj["opaque"], obj["flag"]
+    if (obj["code"] != RequestCode.REGISTER_BROKER or type(flag) is not int or flag  # (a bool flag: refused)
+            or type(ext) is not dict or type(version) is not int
             or type(opaque) is not int or not _INT32_MIN <= opaque <= _INT32_MAX
             or not V3_0_11 <= version <= _INT32_MAX or not set(map(type, ext.values())) <= _STR_ONLY):
         return None
@@ -319,19 +320,27 @@ def register_fused(state: NamesrvState, frame: bytes, peer: Peer) -> bytes | Fus
     crc = header.bodyCrc32
     if crc != 0 and zlib.crc32(body) & 0x7FFFFFFF != crc:
         return None
-    config = state.config.values
+    return run_steps(_fused_steps(state, frame, peer, header, names, broker_id, body, version, opaque, ext))
+
+
+def _fused_steps(state: NamesrvState, frame: bytes, peer: Peer, header: RegisterBrokerHeader,
+                 names: tuple[str, str, str], broker_id: int, body: bytes, version: int, opaque: int,
+                 ext: dict[str, str]) -> Steps[bytes | Fused | None]:
+    """``register_fused`` past its header: one generator run once (a small body's steps take
+    none), so each part's result comes back through ``yield from``, not a StopIteration caught."""
+    config, routes, channel = state.config.values, state.routes, peer.channel
     try:
-        split = run_steps(split_data_version(body))
-        digest = run_steps(registration_digest(state.config.revision, version, ext, body, split))
-        decoded = run_steps(decode_register_body_steps(body, False, version, config["inflateMaxLength"], (), None,
-                                                       state.budget, config["maxTopicsPerBroker"], split))
+        split = yield from split_data_version(body)
+        digest = yield from registration_digest(state.config.revision, version, ext, body, split)
+        decoded = yield from decode_register_body_steps(body, False, version, config["inflateMaxLength"], (), None,
+                                                        state.budget, config["maxTopicsPerBroker"], split)
     except (RegisterBodyError, RegistrationRefused):
         return None
     if decoded.filterServerList:
         return None
     registration = request_of(header, names, broker_id, decoded, channel, version,
                               state.profile.per_broker_heartbeat_timeout, digest)
-    plan = run_steps(plan_steps(registration, routes))
+    plan = yield from plan_steps(registration, routes)
     try:
         result = routes.apply_registration(plan)
     except RegistrationRefused as refusal:
