@@ -5,8 +5,11 @@ One path per request, for every code: a repeated plain JSON route lookup is answ
 before it is cut into frames) without decoding; any other frame is decoded once, refused or
 handed to its handler once (``_outcome``: the same generator runs a handler written in steps and
 one that is not), encoded once, and, when its handler says so, kept by the answer cache with the
-topic and variant the handler worked out.  After each dispatched request the observers hear the
-request and its response (``observe``): the place for an audit trail.
+topic and variant the handler worked out.  A broker's first registration of the common shape is
+tried first as one (``processor.register_fused``: read from its frame, applied by the same rules,
+its answer spliced), which hands any other back to that path before anything changed.  After
+each dispatched request the observers hear the request and its response (``observe``): the place
+for an audit trail.
 
 The handlers come from a ``HandlerTable``; the NameServer's is ``NAMESRV_TABLE`` (processor.py),
 the controller's ``CONTROLLER_TABLE`` (controller/processor.py).  A handler returns a response (or
