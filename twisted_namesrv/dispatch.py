@@ -237,8 +237,8 @@ class Dispatcher:
             big = len(frame) >= self.step_from
             # a broker's connection keeping its heartbeat's answer: its frame is tried as that heartbeat
             # first (a storm's every read), as a kept lookup only when it is not one
-            renewable = bool(answers.renewals) and peer.channel in answers.renewals and (
-                not big or len(frame) <= RENEWED_IN_STEPS_BYTES)
+            kept_here = bool(answers.renewals) and peer.channel in answers.renewals
+            renewable = kept_here and (not big or len(frame) <= RENEWED_IN_STEPS_BYTES)
             if renewable and (not big or self._renewal_fits(len(frame))):
                 renewable = False  # (tried: not again in steps)
                 encoded = answers.renewal_from_memory(frame, peer.channel)
@@ -263,7 +263,8 @@ class Dispatcher:
             if not big and self._at_once >= AT_ONCE_PER_TURN and self._turn_full_for(frame):
                 return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
             full = None  # whether this turn's AT_ONCE_PER_TURN are answered (asked once: _turn_full counts)
-            if not big and frame.startswith(processor.FUSED_HEAD, 4) and self._fusable():
+            # (a connection that registered before: live, most likely, which the fused path hands back)
+            if not big and not kept_here and frame.startswith(processor.FUSED_HEAD, 4) and self._fusable():
                 full = self._cooperator is not None and self._turn_full()
                 if not full:
                     encoded = self._fused(frame, peer, begun)
