@@ -20,7 +20,7 @@ from twisted.internet import task
 from twisted.internet.testing import StringTransport
 from twisted.logger import formatEvent, globalLogPublisher
 
-from tests.support import python_calls_run, server_config
+from tests.support import free_port, python_calls_run, server_config
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
@@ -32,7 +32,7 @@ class Twin:
     """One server of the pair, its connections by name and the log lines it wrote."""
 
     def __init__(self, tmp_path, name: str, clock: task.Clock, compat: str, fused: bool) -> None:
-        config = server_config(tmp_path / name, compatVersion=compat)
+        config = server_config(tmp_path / name, compatVersion=compat, metricsPort=free_port())  # (requests counted)
         (tmp_path / name).mkdir()
         self.service = NamesrvService.from_config(config, reactor=clock)
         self.service.factory.idle_timeout = None
@@ -84,7 +84,9 @@ class Twin:
                 "topics": repr(sorted(routes.topicQueueTable.items())), "filters": repr(routes.filterServerTable),
                 "live": live, "renewals": renewals,
                 "events": [(e.kind, e.info) for e in self.service.seen.events.recent],
-                "requests": sorted(metrics.requests.items(), key=repr), "route_events": metrics.route_events,
+                "requests": dict(metrics.requests), "answered_from_memory":
+                metrics.answered_from_memory_count, "route_events": metrics.route_events,
+                "latencies": {code: sum(histogram.counts) for code, histogram in metrics.latency.items()},
                 "rejected": metrics.rejected, "lines": self.lines}
 
 
