@@ -68,6 +68,12 @@ class Twin:
             globalLogPublisher.removeObserver(heard)
         return transport.value()
 
+    def kept(self, name: str) -> tuple | None:
+        """What the answer cache keeps to renew the registration sent last on connection ``name``."""
+        kept = self.service.state.answers.renewals.get(self.connection(name)[0].channel)
+        return None if kept is None else (kept.digest, kept.renewal, kept.head, kept.rest, kept.header_length,
+                                          kept.crc)
+
     def close(self, name: str) -> None:
         protocol, _ = self.connections.pop(name)
         protocol.transport.loseConnection()
@@ -197,6 +203,7 @@ def test_the_fused_path_answers_and_changes_as_the_general_one(tmp_path, compat:
                 broker["counter"] += 1
             data = sent[connection] = registration(rng, broker, opaque)
         assert fused.send(connection, data) == general.send(connection, data), (opaque, data[:400])
+        assert fused.kept(connection) == general.kept(connection), (opaque, data[:400])
         if rng.random() < 0.1:
             clock.advance(rng.choice([1, 40, 130]))  # heartbeats and expiries alike
     info = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=9999, version=V4_9_8).encode()
@@ -212,6 +219,7 @@ def test_the_curve_registrations_are_the_same_through_both_paths(tmp_path) -> No
         data = curve_frame(f"curve-{index:05d}", f"127.0.0.1:{20000 + index}",
                            [f"Curve{index // 2:05d}_{j:06d}" for j in range(4)], 1, opaque=index)
         assert fused.send(str(index), data) == general.send(str(index), data)
+        assert fused.kept(str(index)) == general.kept(str(index))
         assert fused.send(str(index), data) == general.send(str(index), data)  # and renewed
     assert fused.seen() == general.seen()
 
