@@ -51,8 +51,14 @@ class Twin:
         return self.connections[name]
 
     def send(self, name: str, data: bytes) -> bytes:
-        protocol, transport = self.connection(name)
-        transport.clear()
+        """``data`` read on connection ``name``, and the turns after it until none is due: what it answered."""
+        self.burst([name], [data])
+        return self.connection(name)[1].value()
+
+    def burst(self, names: list[str], datas: list[bytes]) -> None:
+        """Each of ``datas`` read on its connection in one reactor turn, then the turns after it."""
+        for name in names:
+            self.connection(name)[1].clear()
 
         def heard(event: dict) -> None:
             text = formatEvent(event)
@@ -61,12 +67,12 @@ class Twin:
             self.lines.append(text)
         globalLogPublisher.addObserver(heard)
         try:
-            protocol.dataReceived(data)
+            for name, data in zip(names, datas, strict=True):
+                self.connection(name)[0].dataReceived(data)
             while any(call.getTime() <= self.clock.seconds() for call in self.clock.getDelayedCalls()):
                 self.clock.advance(0)
         finally:
             globalLogPublisher.removeObserver(heard)
-        return transport.value()
 
     def kept(self, name: str) -> tuple | None:
         """What the answer cache keeps to renew the registration sent last on connection ``name``."""
@@ -193,6 +199,16 @@ def test_the_fused_path_answers_and_changes_as_the_general_one(tmp_path, compat:
             general.close(connection)
             broker["connection"] = broker.get("connection", 0) + 1
             continue
+        elif move < 0.22:  # a burst: many connections' registrations read in one turn, most answered in later ones
+            burst = rng.sample(brokers, min(len(brokers), 20))
+            datas = [registration(rng, member, opaque * 100 + index) for index, member in enumerate(burst)]
+            names = [f"{member['addr']}#{member.get('connection', 0)}" for member in burst]
+            for twin in (fused, general):
+                twin.burst(names, datas)
+            for name in names:
+                assert fused.connection(name)[1].value() == general.connection(name)[1].value(), opaque
+                assert fused.kept(name) == general.kept(name), opaque
+            continue
         elif move < 0.25:
             lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                              {"topic": rng.choice(broker["topics"])}, opaque=opaque, version=V4_9_8)
@@ -221,6 +237,22 @@ def test_the_curve_registrations_are_the_same_through_both_paths(tmp_path) -> No
         assert fused.send(str(index), data) == general.send(str(index), data)
         assert fused.kept(str(index)) == general.kept(str(index))
         assert fused.send(str(index), data) == general.send(str(index), data)  # and renewed
+    assert fused.seen() == general.seen()
+
+
+def test_first_registrations_read_at_once_are_the_same_through_both_paths(tmp_path) -> None:
+    """Brokers reconnecting at once (a restart of the NameServer): 60 first registrations read in
+    one reactor turn, those past its AT_ONCE_PER_TURN answered in the turns after (tried fused then)."""
+    clock = task.Clock()
+    fused, general = Twin(tmp_path, "fused", clock, "4.9.8", True), Twin(tmp_path, "general", clock, "4.9.8", False)
+    names = [str(index) for index in range(60)]
+    datas = [curve_frame(f"curve-{index:05d}", f"127.0.0.1:{20000 + index}",
+                         [f"Curve{index // 2:05d}_{j:06d}" for j in range(4)], 1, opaque=index) for index in range(60)]
+    for twin in (fused, general):
+        twin.burst(names, datas)
+    for name in names:
+        assert fused.connection(name)[1].value() == general.connection(name)[1].value()
+        assert fused.kept(name) == general.kept(name) is not None
     assert fused.seen() == general.seen()
 
 

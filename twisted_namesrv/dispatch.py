@@ -266,12 +266,13 @@ class Dispatcher:
             # (a connection that registered before: live, most likely, which the fused path hands back)
             if not big and not kept_here and frame.startswith(processor.FUSED_HEAD, 4) and self._fusable():
                 full = self._cooperator is not None and self._turn_full()
-                if not full:
-                    encoded = self._fused(frame, peer, begun)
-                    if encoded is not None:
-                        out.append(encoded)
-                        used += len(encoded)
-                        continue
+                if full:  # (tried fused when its turn comes, as a frame left undecoded)
+                    return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
+                encoded = self._fused(frame, peer, begun)
+                if encoded is not None:
+                    out.append(encoded)
+                    used += len(encoded)
+                    continue
             request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy
                                              answers.headers)
             if request.is_response:
@@ -367,6 +368,12 @@ class Dispatcher:
         answer: defer.Deferred[bytes | None] = defer.Deferred()
 
         def run() -> None:
+            if (request is None and frame.startswith(processor.FUSED_HEAD, 4) and self._fusable()
+                    and peer.channel not in self.answers.renewals):
+                encoded = self._fused(frame, peer, begun)  # (its place in the turn taken by _answer_waiting)
+                if encoded is not None:
+                    answer.callback(encoded)
+                    return
             try:
                 decoded = request if request is not None else RemotingCommand.decode(frame, self.answers.headers)
             except RemotingDecodeError:
