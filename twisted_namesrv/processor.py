@@ -283,13 +283,15 @@ def register_fused(state: NamesrvState, frame: bytes, peer: Peer) -> bytes | Fus
     JSON frame (``FUSED_HEAD``) from a broker not live yet on a connection, its header of Java's
     usual keys (its ints in range, every extField a string), its names and brokerId sent, its body
     uncompressed, its bodyCrc32 as its bytes say, no filter server.  Its header is read once from
-    the frame (no RemotingCommand or Header made for it), its body decoded and hashed once, and
+    the frame (no RemotingCommand or Header made for it), its body decoded once (hashed for its
+    split and digest as the general path hashes it, and the frame for its renewal key), and
     the state applies it by the one rule (state/registration.py: ``plan_steps``,
     ``apply_registration``), as ``register_broker_steps`` asks it.  A master's answer is spliced
     from its kept pieces (``AnswerCache.keep_first_renewal``): the bytes ``respond`` encodes, the
     same kept for its renewal; any other is made the general way (``Fused``).  None, before
-    anything changed, for any other frame: the general path answers it (the renewal of a live
-    broker, an error, a refusal, a slave's table, a compressed body ...); its answers, tables,
+    anything changed, for any other frame: the general path answers it (a live broker's, a
+    compressed body, a filter server, a CRC that does not match, a body that does not decode ...;
+    a slave's answer or a refusal the fused path makes as that path does); its answers, tables,
     lines and events are the same either way (tests/test_fused_registration.py)."""
     header_length = int.from_bytes(frame[1:4], "big")
     end = 4 + header_length
