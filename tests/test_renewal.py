@@ -299,15 +299,23 @@ def storm_frames(count: int, opaque: int, topics: int = 0) -> list[bytes]:
 
 
 def handled_registrations(monkeypatch) -> list[int]:
-    """The opaques of the registrations the handler runs for from now on (a heartbeat answered from
-    memory runs none)."""
+    """The opaques of the registrations the handler runs for from now on, in its steps or fused
+    (processor.register_fused: a first registration of the common shape; a heartbeat answered from
+    memory runs neither)."""
     handled: list[int] = []
-    handler = processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER]
+    handler, fused = processor.HANDLERS_IN_STEPS[RequestCode.REGISTER_BROKER], processor.register_fused
 
     def counted(*args: Any) -> Any:
         handled.append(args[1].opaque)
         return handler(*args)
+
+    def counted_fused(state: Any, frame: bytes, peer: Any) -> Any:
+        answered = fused(state, frame, peer)
+        if answered is not None:
+            handled.append(RemotingCommand.decode(frame).opaque)
+        return answered
     monkeypatch.setitem(processor.HANDLERS_IN_STEPS, RequestCode.REGISTER_BROKER, counted)
+    monkeypatch.setattr(processor, "register_fused", counted_fused)
     return handled
 
 

@@ -252,6 +252,8 @@ class AnswerCache:
         #: the times each kept cache (KEPT_CACHES) started over past its bound: a peer filling one
         #: costs honest clients a decoded lookup each, and shows here (namesrv_kept_started_over_total)
         self.started_over: Counter[str] = Counter()
+        #: a master's registration answer's header pieces by the server's version (``_master_pieces``)
+        self._master: dict[int, tuple[bytes, bytes]] = {}
 
     # -- invalidation: the subscriptions ----------------------------------------------------------
     def holds(self) -> bool:
@@ -507,6 +509,35 @@ class AnswerCache:
         head, rest = self._pieces(encoded[8:split]), self._pieces(encoded[split + len(digits):])
         crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
         self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length - len(digits), crc)
+
+    def keep_first_renewal(self, frame: bytes, channel: Channel, opaque: int, version: int,
+                           renewal: Renewable) -> bytes:
+        """A master's answer to the plain JSON registration ``frame`` (processor.register_fused),
+        spliced from its pieces: SUCCESS, extFields ``{}``, no body, the server's ``version``, as
+        ``respond`` encodes it in Java's layout; kept for its renewal as ``keep_renewal`` keeps the
+        encoded one (the same pieces, the same checks), without looking the pieces up in it."""
+        head, rest = self._master_pieces(version)
+        digits = b"%d" % opaque
+        header_length = len(head) + len(digits) + len(rest)
+        encoded = b"".join((_PREFIX.pack(4 + header_length, header_length), head, digits, rest))
+        kept = self.renewals.pop(channel, None)
+        if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
+            return encoded
+        key = _renewal_key(frame)
+        if key is None or frame[key.at:key.at + key.digits] != digits:
+            return encoded  # not as renewal_from_memory reads it: decoded every time
+        crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
+        self.renewals[channel] = KeptRenewal(key.digest, renewal, self._pieces(head), self._pieces(rest),
+                                             header_length - len(digits), crc)
+        return encoded
+
+    def _master_pieces(self, version: int) -> tuple[bytes, bytes]:
+        """A master's registration answer's header around its opaque's digits (``keep_first_renewal``)."""
+        pieces = self._master.get(version)
+        if pieces is None:
+            pieces = self._master[version] = (b'{"code":0,"extFields":{},"flag":1,"language":"JAVA",' + OPAQUE_KEY,
+                                              b',"serializeTypeCurrentRPC":"JSON","version":%d}' % version)
+        return pieces
 
     def renewal_from_memory(self, frame: bytes, channel: Channel) -> bytes | None:
         """The answer to ``frame`` on ``channel`` when it is the registration whose answer is kept

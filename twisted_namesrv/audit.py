@@ -193,6 +193,8 @@ class Trail:
     def __init__(self, audited: Audited, clock: Callable[[], float], acl: AccessControl | None,
                  into: AuditTrail) -> None:
         self.audited, self.clock, self.acl, self.into = audited, clock, acl, into
+        #: the codes it records (Dispatcher.observe: a request of another code is not made for it)
+        self.heard_codes = frozenset(audited.operations)
 
     def __call__(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> None:
         if request.code in self.audited.operations:

@@ -5,8 +5,11 @@ One path per request, for every code: a repeated plain JSON route lookup is answ
 before it is cut into frames) without decoding; any other frame is decoded once, refused or
 handed to its handler once (``_outcome``: the same generator runs a handler written in steps and
 one that is not), encoded once, and, when its handler says so, kept by the answer cache with the
-topic and variant the handler worked out.  After each dispatched request the observers hear the
-request and its response (``observe``): the place for an audit trail.
+topic and variant the handler worked out.  A broker's first registration of the common shape is
+tried first as one (``processor.register_fused``: read from its frame, applied by the same rules,
+its answer spliced), which hands any other back to that path before anything changed.  After
+each dispatched request the observers hear the request and its response (``observe``): the place
+for an audit trail.
 
 The handlers come from a ``HandlerTable``; the NameServer's is ``NAMESRV_TABLE`` (processor.py),
 the controller's ``CONTROLLER_TABLE`` (controller/processor.py).  A handler returns a response (or
@@ -195,6 +198,12 @@ class Dispatcher:
         self._one_at_a_time = defer.DeferredLock()
         #: channels closed in this reactor turn, with their reasons, in the order they closed
         self._closed: dict[Channel, str] = {}
+        #: a first registration of the common shape through the fused path (processor.register_fused);
+        #: False sends every one the general way (the equivalence tests' reference)
+        self.fused = True
+        #: the codes some observer hears (``observe``: an observer's ``heard_codes``, every code
+        #: for one without them): a registration of a code no observer hears may skip its request
+        self._heard_codes: frozenset[int] | None = frozenset()
 
     @property
     def answers(self) -> Any:
@@ -202,8 +211,12 @@ class Dispatcher:
         return self.state.answers if self.table.keeps_answers else _NoAnswersKept
 
     def observe(self, observer: Observer) -> None:
-        """``observer(request, peer, response)`` after every dispatched request from now on."""
+        """``observer(request, peer, response)`` after every dispatched request from now on (only
+        those of its ``heard_codes`` when it names them: the others' may be answered without a
+        request made for it, ``processor.register_fused``)."""
         self.observers.append(observer)
+        codes = getattr(observer, "heard_codes", None)
+        self._heard_codes = None if codes is None or self._heard_codes is None else self._heard_codes | codes
 
     # -- frames in, frames out ------------------------------------------------------------------
     def answer(self, frames: list[bytes], peer: Peer, out: list[bytes], room: int = NO_LIMIT) -> Later | Full | None:
@@ -224,8 +237,8 @@ class Dispatcher:
             big = len(frame) >= self.step_from
             # a broker's connection keeping its heartbeat's answer: its frame is tried as that heartbeat
             # first (a storm's every read), as a kept lookup only when it is not one
-            renewable = bool(answers.renewals) and peer.channel in answers.renewals and (
-                not big or len(frame) <= RENEWED_IN_STEPS_BYTES)
+            kept_here = bool(answers.renewals) and peer.channel in answers.renewals
+            renewable = kept_here and (not big or len(frame) <= RENEWED_IN_STEPS_BYTES)
             if renewable and (not big or self._renewal_fits(len(frame))):
                 renewable = False  # (tried: not again in steps)
                 encoded = answers.renewal_from_memory(frame, peer.channel)
@@ -249,6 +262,17 @@ class Dispatcher:
             index += 1
             if not big and self._at_once >= AT_ONCE_PER_TURN and self._turn_full_for(frame):
                 return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
+            full = None  # whether this turn's AT_ONCE_PER_TURN are answered (asked once: _turn_full counts)
+            # (a connection that registered before: live, most likely, which the fused path hands back)
+            if not big and not kept_here and frame.startswith(processor.FUSED_HEAD, 4) and self._fusable():
+                full = self._cooperator is not None and self._turn_full()
+                if full:  # (tried fused when its turn comes, as a frame left undecoded)
+                    return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
+                encoded = self._fused(frame, peer, begun)
+                if encoded is not None:
+                    out.append(encoded)
+                    used += len(encoded)
+                    continue
             request = RemotingCommand.decode(memoryview(frame) if big else frame,  # a big body: a view, no copy
                                              answers.headers)
             if request.is_response:
@@ -257,7 +281,7 @@ class Dispatcher:
                 if big:
                     return Later(self._answer_in_steps(frame, request, peer, begun, self._cooperator, renewable),
                                  frames[index:], len(frame))
-                if self._turn_full():
+                if self._turn_full() if full is None else full:
                     return Later(self._answer_next_turn(frame, request, peer, begun), frames[index:], len(frame))
             outcome = run_steps(self._outcome(request, peer))
             # waits for the controller log: the frames after it wait too
@@ -268,6 +292,27 @@ class Dispatcher:
                 out.append(encoded)
                 used += len(encoded)
         return None
+
+    def _fusable(self) -> bool:
+        """Whether a registration may take the fused path: the NameServer's, no observer hearing it."""
+        heard = self._heard_codes
+        return (self.fused and self.table is NAMESRV_TABLE
+                and heard is not None and RequestCode.REGISTER_BROKER not in heard)
+
+    def _fused(self, frame: bytes, peer: Peer, begun: float) -> bytes | None:
+        """A first registration of the common shape through processor.register_fused: its answer,
+        encoded and kept, counted; None when the general path answers it (nothing changed)."""
+        try:
+            fused = processor.register_fused(self.state, frame, peer)
+        except Exception as exc:  # (a bug past the point of no return: one answer, as _outcome's)
+            request = RemotingCommand.decode(frame, self.answers.headers)
+            return self._answer_frame(frame, request, peer, Answer(self._failed(request, peer, exc), handled=False),
+                                      begun)
+        if fused is None or isinstance(fused, processor.Fused):
+            return None if fused is None else self._answer_frame(frame, fused.request, peer, fused.answer, begun)
+        if self.count_requests:
+            self.metrics.answered(RequestCode.REGISTER_BROKER, ResponseCode.SUCCESS, perf_counter() - begun)
+        return fused
 
     def _turn_full_for(self, frame: bytes) -> bool:
         """Whether this turn, already full, leaves ``frame`` for a later one without decoding it:
@@ -323,6 +368,12 @@ class Dispatcher:
         answer: defer.Deferred[bytes | None] = defer.Deferred()
 
         def run() -> None:
+            if (request is None and frame.startswith(processor.FUSED_HEAD, 4) and self._fusable()
+                    and peer.channel not in self.answers.renewals):
+                encoded = self._fused(frame, peer, begun)  # (its place in the turn taken by _answer_waiting)
+                if encoded is not None:
+                    answer.callback(encoded)
+                    return
             try:
                 decoded = request if request is not None else RemotingCommand.decode(frame, self.answers.headers)
             except RemotingDecodeError:

@@ -9,10 +9,12 @@ the state's changes).  The dispatcher (dispatch.py) refuses, dispatches, encodes
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -259,6 +261,108 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     return renewable_answer(state, request, header, names, digest, result)
+
+
+#: how a REGISTER_BROKER's JSON header begins as a Java broker writes it (fastjson: its keys in
+#: order, the code first): the frames the fused path (``register_fused``) is tried on
+FUSED_HEAD = b'{"code":103,'
+#: the keys of the header of the common shape, no more (a remark, say, goes the general way)
+_FUSED_KEYS = frozenset({"code", "extFields", "flag", "language", "opaque", "serializeTypeCurrentRPC", "version"})
+_STR_ONLY = frozenset({str})
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+class Fused(msgspec.Struct, frozen=True, gc=False):
+    """A registration the fused path applied: the request decoded (the ``decode`` of the general
+    path, only where an answer other than the master's spliced one needs it) and its answer."""
+
+    request: RemotingCommand
+    answer: Answer
+
+
+def register_fused(state: NamesrvState, frame: bytes, peer: Peer) -> bytes | Fused | None:
+    """REGISTER_BROKER's first registration of the common shape in one function: a small plain
+    JSON frame (``FUSED_HEAD``) from a broker not live yet on a connection, its header of Java's
+    usual keys (its ints in range, every extField a string), its names and brokerId sent, its body
+    uncompressed, its bodyCrc32 as its bytes say, no filter server.  Its header is read once from
+    the frame (no RemotingCommand or Header made for it), its body decoded once (hashed for its
+    split and digest as the general path hashes it, and the frame for its renewal key), and
+    the state applies it by the one rule (state/registration.py: ``plan_steps``,
+    ``apply_registration``), as ``register_broker_steps`` asks it.  A master's answer is spliced
+    from its kept pieces (``AnswerCache.keep_first_renewal``): the bytes ``respond`` encodes, the
+    same kept for its renewal; any other is made the general way (``Fused``).  None, before
+    anything changed, for any other frame: the general path answers it (a live broker's, a
+    compressed body, a filter server, a CRC that does not match, a body that does not decode ...;
+    a slave's answer or a refusal the fused path makes as that path does); its answers, tables,
+    lines and events are the same either way (tests/test_fused_registration.py)."""
+    header_length = int.from_bytes(frame[1:4], "big")
+    end = 4 + header_length
+    channel = peer.channel
+    if frame[0] or end >= len(frame) or channel is None or state.acl is not None:
+        return None
+    try:
+        obj = fastjson.loads(frame[4:end])
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if type(obj) is not dict or obj.keys() != _FUSED_KEYS or obj["language"] != "JAVA":
+        return None
+    ext, version, opaque, flag = obj["extFields"], obj["version"], obj["opaque"], obj["flag"]
+    if (obj["code"] != RequestCode.REGISTER_BROKER or type(flag) is not int or flag  # (a bool flag: refused)
+            or type(ext) is not dict or type(version) is not int
+            or type(opaque) is not int or not _INT32_MIN <= opaque <= _INT32_MAX
+            or not V3_0_11 <= version <= _INT32_MAX or not set(map(type, ext.values())) <= _STR_ONLY):
+        return None
+    header = RegisterBrokerHeader.from_ext(ext)
+    names, broker_id = header.names, header.brokerId
+    if names is None or broker_id is None or header.compressed:
+        return None
+    cluster, addr, name = names
+    routes = state.routes
+    if routes.brokerLiveTable.get(routes.live_key(cluster, addr)) is not None:
+        return None  # live: renewed or its memos read the general way (RouteInfoManager.renew, registration_memo)
+    body = frame[end:]
+    crc = header.bodyCrc32
+    if crc != 0 and zlib.crc32(body) & 0x7FFFFFFF != crc:
+        return None
+    return run_steps(_fused_steps(state, frame, peer, header, names, broker_id, body, version, opaque, ext))
+
+
+def _fused_steps(state: NamesrvState, frame: bytes, peer: Peer, header: RegisterBrokerHeader,
+                 names: tuple[str, str, str], broker_id: int, body: bytes, version: int, opaque: int,
+                 ext: dict[str, str]) -> Steps[bytes | Fused | None]:
+    """``register_fused`` past its header: one generator run once (a small body's steps take
+    none), so each part's result comes back through ``yield from``, not a StopIteration caught."""
+    config, routes, channel = state.config.values, state.routes, peer.channel
+    try:
+        split = yield from split_data_version(body)
+        digest = yield from registration_digest(state.config.revision, version, ext, body, split)
+        decoded = yield from decode_register_body_steps(body, False, version, config["inflateMaxLength"], (), None,
+                                                        state.budget, config["maxTopicsPerBroker"], split)
+    except (RegisterBodyError, RegistrationRefused):
+        return None
+    if decoded.filterServerList:
+        return None
+    registration = request_of(header, names, broker_id, decoded, channel, version,
+                              state.profile.per_broker_heartbeat_timeout, digest)
+    plan = yield from plan_steps(registration, routes)
+    try:
+        result = routes.apply_registration(plan)
+    except RegistrationRefused as refusal:
+        request = RemotingCommand.decode(frame, state.answers.headers)
+        return Fused(request, Answer(registration_refused(state, request, peer, refusal, names)))
+    if result is None:
+        request = RemotingCommand.decode(frame, state.answers.headers)
+        return Fused(request, Answer(respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed",
+                                             ext={})))
+    renewal = Renewable(names, broker_id, header.enableActingMaster, header.zoneName, digest, result.shown)
+    profile = state.profile
+    if (result.haServerAddr or result.masterAddr or state.kv.get_kv_list(NAMESPACE_ORDER_TOPIC_CONFIG) is not None
+            and (not profile.order_topic_reply_switch or config["returnOrderTopicConfigToBroker"])):
+        request = RemotingCommand.decode(frame, state.answers.headers)
+        answer = Answer(registration_answer(state, request, result))
+        answer.renewal = renewal
+        return Fused(request, answer)
+    return state.answers.keep_first_renewal(frame, channel, opaque, profile.mq_version, renewal)
 
 
 def renewable_answer(state: NamesrvState, request: RemotingCommand, header: RegisterBrokerHeader,
