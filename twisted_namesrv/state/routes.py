@@ -71,7 +71,7 @@ from .registration import (
     write_off_by_design,
 )
 from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
-from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer
+from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer, todo_of, write_staged
 from .settling import Staged as StagedEntries
 
 #: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms, 4.9.8 and 5.3.3): a broker silent this long
@@ -504,13 +504,18 @@ class RouteInfoManager:
 
     def _publish(self, pending: _Pending) -> None:
         """A change is complete: commit its many entries as a layer (what lookups read from now
-        on), count it, publish what it did to every subscriber in order, write the layer in at once
-        when it is small and nothing is before it, then hand over the events in order: now, or
-        once the layers before them are written (a departure's, once its lost topics are found)."""
+        on), or write them in at once when they are few and nothing is before them (a first
+        registration's: no layer made, queued and taken off), count it, publish what it did to
+        every subscriber in order, write a layer in at once when it is small and nothing is before
+        it, then hand over the events in order: now, or once the layers before them are written (a
+        departure's, once its lost topics are found)."""
         waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
         layer: Layer | None = None
         if pending.staged:
-            layer = StagedEntries(self._table, pending.staged_group, pending.staged, pending.staged_entries)
+            if not waiting and len(pending.staged) <= self.write_at_once:  # few, none before: in at once, no layer
+                write_staged(self._table, pending.staged_group, todo_of(pending.staged, pending.staged_entries))
+            else:
+                layer = StagedEntries(self._table, pending.staged_group, pending.staged, pending.staged_entries)
         elif pending.emptied:
             last = self._layers[-1] if self._layers else None
             if isinstance(last, Departed) and not last.started:  # one walk for both
