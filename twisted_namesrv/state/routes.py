@@ -94,8 +94,7 @@ Notifier = Callable[[str, dict[str, str]], None]
 TOPIC, BROKER = "topic", "broker"
 
 
-@dataclass(slots=True)
-class RouteChange:
+class RouteChange(msgspec.Struct):
     """What one change did to the tables, published once they are complete again: the topics
     whose route answers changed, the broker groups whose addresses, zone, flags or filter
     servers changed (so every route naming them, and the cluster info), those that left
@@ -105,22 +104,21 @@ class RouteChange:
     copied: a big table's are by the hundred thousand)."""
 
     topics: Set[str] = frozenset()
-    brokers: dict[str | None, None] = field(default_factory=dict)
-    left: dict[str, None] = field(default_factory=dict)
+    brokers: dict[str | None, None] = msgspec.field(default_factory=dict)
+    left: dict[str, None] = msgspec.field(default_factory=dict)
     everything: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.topics or self.brokers or self.left or self.everything)
 
 
-@dataclass(slots=True)
-class Departure:
+class Departure(msgspec.Struct):
     """A route event as it happened (``kind``, ``info``), and, for a broker whose leaving
     emptied its group, the topics that left topicQueueTable with it (no group serves them now)."""
 
     kind: str
     info: dict[str, Any]
-    lost_topics: list[str] = field(default_factory=list)
+    lost_topics: list[str] = msgspec.field(default_factory=list)
 
 
 def _one_step(events: list[Departure]) -> bool:
@@ -208,8 +206,12 @@ def _one_change(method: Callable[Concatenate[RouteInfoManager, P], R]) -> Callab
     return change
 
 
-@dataclass(slots=True)
-class BrokerLiveInfo:
+class BrokerLiveInfo(msgspec.Struct):
+    """A registered broker's entry in brokerLiveTable.  Like the other values each registration
+    makes here (RouteChange, Departure, RegisterBrokerResult; registration.RegisterRequest and
+    RegistrationPlan), a msgspec Struct: made in C, where a dataclass's generated ``__init__`` ran a
+    line of Python a field (five of them a first registration)."""
+
     lastUpdateTimestamp: int
     heartbeatTimeoutMillis: int
     dataVersion: DataVersion
@@ -233,8 +235,7 @@ RouteTables = tuple[dict[str, dict[str, QueueData]], dict[str, BrokerData], dict
                     dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str]], dict[str, dict[str, Any]]]
 
 
-@dataclass(slots=True)
-class RegisterBrokerResult:
+class RegisterBrokerResult(msgspec.Struct):
     haServerAddr: str | None = None
     masterAddr: str | None = None
 
