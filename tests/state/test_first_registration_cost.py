@@ -13,6 +13,7 @@ from twisted.internet import task
 
 from tests.state.test_routes import V4, body, manager, register, topic
 from tests.support import python_calls_run, server_config
+from twisted_namesrv.bodies.register import RegistrationRefused
 from twisted_namesrv.service import NamesrvService
 from twisted_namesrv.state import routes as routes_module
 from twisted_namesrv.state import settling
@@ -24,8 +25,9 @@ from twisted_namesrv.steps import run_steps
 #: plan made and applied and its event heard (``test_a_new_brokers_plan_and_applying_make_few_calls``):
 #: 87 at 73e2e09; 85 since a few entries with nothing before them are written without a layer, 80
 #: since the values a registration makes in the state half are msgspec Structs, not dataclasses, 78 with
-#: the topology's group and member too, 77 with the page's RouteEvent
-STATE_CALLS = 77
+#: the topology's group and member too, 77 with the page's RouteEvent, 76 since the request's names
+#: are measured in C and named only when one is over maxNameLength
+STATE_CALLS = 76
 
 
 def wired(tmp_path: Path) -> RouteInfoManager:
@@ -81,3 +83,14 @@ def test_a_few_entries_with_nothing_before_them_are_written_in_without_a_layer(a
     assert {t: sorted(held) for t, held in routes.topicQueueTable.items()} == {
         t: ["broker-a"] for t in ("T1", "T2", "T3", "T4")}
 
+
+
+def test_a_name_over_max_name_length_is_refused_and_named(tmp_path):
+    """The request's names are measured at once, and the one over maxNameLength named as before."""
+    routes, _ = manager(V4, maxNameLength=16)
+    with pytest.raises(RegistrationRefused, match="its zoneName of 17 characters is over maxNameLength"):
+        routes.register_broker(RegisterRequest("c1", "10.0.0.1", "b", 0, None, body("T1"), zoneName="z" * 17))
+    with pytest.raises(RegistrationRefused, match="its brokerAddr of 17 characters"):
+        routes.register_broker(RegisterRequest("c1", "10.0.0.1:10911000", "b", 0, None, body("T1")))
+    assert routes.register_broker(RegisterRequest("c1", "10.0.0.1:1091100", "b", 0, "h" * 16, body("T1"))) is not None
+    assert not routes.brokerAddrTable.keys() - {"b"}

@@ -902,9 +902,12 @@ class RouteInfoManager:
         brokerLiveTable (``live_key``, worked out once by the caller)."""
         config = self.config.values  # the running values as the dict they are (no call a read)
         longest = config["maxNameLength"]
-        self._check_names((("clusterName", req.clusterName), ("brokerName", req.brokerName),
-                           ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
-                           ("zoneName", req.zoneName)), longest)
+        # measured in C, named in Python only when one is over (as _check_tables does)
+        if max(map(len, (req.clusterName or "", req.brokerName or "", req.brokerAddr or "", req.haServerAddr or "",
+                         req.zoneName or ""))) > longest:
+            self._check_names((("clusterName", req.clusterName), ("brokerName", req.brokerName),
+                               ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
+                               ("zoneName", req.zoneName)), longest)
         servers = req.body.filterServerList
         if servers:  # (none from brokers since 4.x)
             self._check_filter_servers(servers, longest)
