@@ -9,9 +9,8 @@ listener; a broker that registers again is no longer departed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
-
-import msgspec
 
 from .events import RouteEvent, broker_key
 from .lost_topics import DEPARTURES, KEEP_SECONDS, LIMIT
@@ -55,8 +54,7 @@ class DepartedBrokers:
         """Departures of the last DEPARTED_KEEP_SECONDS (at most DEPARTED_LIMIT), oldest first."""
         self._forget_old()
         offset = self.clock() - self.steady()  # 0 until the wall clock steps: times shown on the wall clock of now
-        return [event if event.ts == at + offset else
-                msgspec.structs.replace(event, ts=at + offset, first_ts=at + offset)
+        return [event if event.ts == at + offset else replace(event, ts=at + offset, first_ts=at + offset)
                 for event, at in self._departed.values()]
 
     def _forget_old(self) -> None:

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
-
-import msgspec
 
 #: events kept for the page (and written by event_log.py)
 RECENT_EVENTS = 200
 
 
-class RouteEvent(msgspec.Struct):
+@dataclass
+class RouteEvent:
     """A broker registered, changed, expired, closed, went idle, unregistered or was refused (or
     an audited request).  ``count`` > 1: as many "changed" events of one broker (same topic count)
-    since ``first_ts``.  A msgspec Struct: made in C, where a dataclass's generated ``__init__``
-    ran a line of Python a field (one a registration)."""
+    since ``first_ts``."""
 
     seq: int
     ts: float
