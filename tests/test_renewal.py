@@ -86,7 +86,7 @@ class Server:
 
     def tables(self) -> dict[str, Any]:
         routes = self.routes
-        live = {key: {f.name: getattr(info, f.name) for f in dataclasses.fields(info) if f.name != "digest"}
+        live = {key: {name: getattr(info, name) for name in info.__struct_fields__ if name != "digest"}
                 for key, info in routes.brokerLiveTable.items()}
         return {"topics": {t: dict(q) for t, q in routes.topicQueueTable.items()},
                 "brokers": {n: dataclasses.asdict(b) for n, b in routes.brokerAddrTable.items()},

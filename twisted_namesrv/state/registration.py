@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Hashable, Iterable, Mapping
-from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import attrgetter
 from typing import Any, Protocol
@@ -111,8 +110,7 @@ def digests(memos: Memos) -> Collection[bytes]:
     return frozenset(found) if len(found) > 8 else found
 
 
-@dataclass(slots=True)
-class RegisterRequest:
+class RegisterRequest(msgspec.Struct):
     """A REGISTER_BROKER's header fields and decoded body."""
 
     clusterName: str
@@ -211,8 +209,7 @@ class TopicRules(msgspec.Struct, frozen=True, gc=False):
     cluster: str = ""
 
 
-@dataclass(slots=True)
-class RegistrationPlan:
+class RegistrationPlan(msgspec.Struct):
     """What a registration will do, worked out from topicQueueTable as of ``generation`` under
     ``rules`` (None: nothing worked out; the manager works it out when it applies).
 

@@ -71,7 +71,7 @@ from .registration import (
     write_off_by_design,
 )
 from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
-from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer
+from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer, todo_of, write_staged
 from .settling import Staged as StagedEntries
 
 #: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms, 4.9.8 and 5.3.3): a broker silent this long
@@ -94,8 +94,7 @@ Notifier = Callable[[str, dict[str, str]], None]
 TOPIC, BROKER = "topic", "broker"
 
 
-@dataclass(slots=True)
-class RouteChange:
+class RouteChange(msgspec.Struct):
     """What one change did to the tables, published once they are complete again: the topics
     whose route answers changed, the broker groups whose addresses, zone, flags or filter
     servers changed (so every route naming them, and the cluster info), those that left
@@ -105,22 +104,21 @@ class RouteChange:
     copied: a big table's are by the hundred thousand)."""
 
     topics: Set[str] = frozenset()
-    brokers: dict[str | None, None] = field(default_factory=dict)
-    left: dict[str, None] = field(default_factory=dict)
+    brokers: dict[str | None, None] = msgspec.field(default_factory=dict)
+    left: dict[str, None] = msgspec.field(default_factory=dict)
     everything: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.topics or self.brokers or self.left or self.everything)
 
 
-@dataclass(slots=True)
-class Departure:
+class Departure(msgspec.Struct):
     """A route event as it happened (``kind``, ``info``), and, for a broker whose leaving
     emptied its group, the topics that left topicQueueTable with it (no group serves them now)."""
 
     kind: str
     info: dict[str, Any]
-    lost_topics: list[str] = field(default_factory=list)
+    lost_topics: list[str] = msgspec.field(default_factory=list)
 
 
 def _one_step(events: list[Departure]) -> bool:
@@ -208,8 +206,12 @@ def _one_change(method: Callable[Concatenate[RouteInfoManager, P], R]) -> Callab
     return change
 
 
-@dataclass(slots=True)
-class BrokerLiveInfo:
+class BrokerLiveInfo(msgspec.Struct):
+    """A registered broker's entry in brokerLiveTable.  Like the other values each registration
+    makes here (RouteChange, Departure, RegisterBrokerResult; registration.RegisterRequest and
+    RegistrationPlan), a msgspec Struct: made in C, where a dataclass's generated ``__init__`` ran a
+    line of Python a field (five of them a first registration)."""
+
     lastUpdateTimestamp: int
     heartbeatTimeoutMillis: int
     dataVersion: DataVersion
@@ -233,8 +235,7 @@ RouteTables = tuple[dict[str, dict[str, QueueData]], dict[str, BrokerData], dict
                     dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str]], dict[str, dict[str, Any]]]
 
 
-@dataclass(slots=True)
-class RegisterBrokerResult:
+class RegisterBrokerResult(msgspec.Struct):
     haServerAddr: str | None = None
     masterAddr: str | None = None
 
@@ -504,13 +505,18 @@ class RouteInfoManager:
 
     def _publish(self, pending: _Pending) -> None:
         """A change is complete: commit its many entries as a layer (what lookups read from now
-        on), count it, publish what it did to every subscriber in order, write the layer in at once
-        when it is small and nothing is before it, then hand over the events in order: now, or
-        once the layers before them are written (a departure's, once its lost topics are found)."""
+        on), or write them in at once when they are few and nothing is before them (a first
+        registration's: no layer made, queued and taken off), count it, publish what it did to
+        every subscriber in order, write a layer in at once when it is small and nothing is before
+        it, then hand over the events in order: now, or once the layers before them are written (a
+        departure's, once its lost topics are found)."""
         waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
         layer: Layer | None = None
         if pending.staged:
-            layer = StagedEntries(self._table, pending.staged_group, pending.staged, pending.staged_entries)
+            if not waiting and len(pending.staged) <= self.write_at_once:  # few, none before: in at once, no layer
+                write_staged(self._table, pending.staged_group, todo_of(pending.staged, pending.staged_entries))
+            else:
+                layer = StagedEntries(self._table, pending.staged_group, pending.staged, pending.staged_entries)
         elif pending.emptied:
             last = self._layers[-1] if self._layers else None
             if isinstance(last, Departed) and not last.started:  # one walk for both
@@ -896,9 +902,12 @@ class RouteInfoManager:
         brokerLiveTable (``live_key``, worked out once by the caller)."""
         config = self.config.values  # the running values as the dict they are (no call a read)
         longest = config["maxNameLength"]
-        self._check_names((("clusterName", req.clusterName), ("brokerName", req.brokerName),
-                           ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
-                           ("zoneName", req.zoneName)), longest)
+        # measured in C, named in Python only when one is over (as _check_tables does)
+        if max(map(len, (req.clusterName or "", req.brokerName or "", req.brokerAddr or "", req.haServerAddr or "",
+                         req.zoneName or ""))) > longest:
+            self._check_names((("clusterName", req.clusterName), ("brokerName", req.brokerName),
+                               ("brokerAddr", req.brokerAddr), ("haServerAddr", req.haServerAddr),
+                               ("zoneName", req.zoneName)), longest)
         servers = req.body.filterServerList
         if servers:  # (none from brokers since 4.x)
             self._check_filter_servers(servers, longest)

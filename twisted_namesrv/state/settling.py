@@ -94,11 +94,7 @@ class Staged:
         self.group = group
         self.staged = staged
         self.events: list[Any] = []
-        known: Iterable[dict[str, QueueData] | None] = entries or ()
-        if entries is None or len(entries) != len(staged):
-            known = repeat(_LOOK_UP)
-        self._todo: Iterator[tuple[tuple[str, QueueData | None], dict[str, QueueData] | None]] = zip(
-            staged.items(), known, strict=False)  # repeat(_LOOK_UP): endless
+        self._todo = todo_of(staged, entries)
         self._left = len(staged)
 
     def over(self, topic: str, queues: Queues | None) -> Queues | None:
@@ -121,33 +117,54 @@ class Staged:
         self._write(self._left)
 
     def _write(self, count: int) -> bool:
-        table, group = self.table, self.group
-        # each topic in its shard, without a method call (another mapping: in the mapping itself)
-        shards = table.shards if type(table) is TopicQueueTable else None
-        place: MutableMapping[str, dict[str, QueueData]] = table
-        for (topic, queue), entry in islice(self._todo, count):
-            if queue is not None and entry is not None and entry is not _LOOK_UP:
-                entry[group] = queue  # the topic's entry, as staging found it
-                continue
-            if shards is not None:
-                place = shards[hash(topic) >> SHARD_SHIFT & SHARD_MASK]
-            if queue is not None:
-                if entry is None or (entry := place.get(topic)) is None:  # staged as new, or found not held
-                    # new to the table: named by a string of its own, made beside the entry the
-                    # table keeps (the decoder's lies between the body's TopicConfigs, the same size
-                    # class of the heap for most names: kept once they are freed it left every
-                    # other block of its pools empty, 8 MB with 100k topics); inline, as a call
-                    # per topic was a tenth of writing a million new topics
-                    place["".join((topic, ""))] = {group: queue}
-                else:
-                    entry[group] = queue
-            elif (held := place.get(topic)) is not None and held.pop(group, None) is not None and not held:
-                del place[topic]
+        write_staged(self.table, self.group, islice(self._todo, count))
         self._left = max(0, self._left - count)
         return self._left > 0
 
     def __len__(self) -> int:
         return self._left
+
+
+Todo = Iterator[tuple[tuple[str, QueueData | None], dict[str, QueueData] | None]]
+
+
+def todo_of(staged: Mapping[str, QueueData | None], entries: Sequence[dict[str, QueueData] | None] | None) -> Todo:
+    """Each staged (topic, queue data) with the table's entry staging found for it (``_LOOK_UP``:
+    none known, the writing looks it up): what ``write_staged`` writes, by a layer in steps or,
+    for a change of few entries with nothing before it (a first registration's four topics),
+    at once without a layer made, queued and taken off (RouteInfoManager._publish)."""
+    known: Iterable[dict[str, QueueData] | None] = entries or ()
+    if entries is None or len(entries) != len(staged):
+        known = repeat(_LOOK_UP)
+    return zip(staged.items(), known, strict=False)  # repeat(_LOOK_UP): endless
+
+
+def write_staged(table: Table, group: str, todo: Iterable[tuple[tuple[str, QueueData | None],
+                                                                dict[str, QueueData] | None]]) -> None:
+    """The one writing of staged entries (``todo``: each (topic, queue data) with the table's
+    entry staging found for it, ``_LOOK_UP`` when none) into ``table``: the group's queue data set
+    in the topic's entry, a new entry for a new topic, the group's taken out for None."""
+    # each topic in its shard, without a method call (another mapping: in the mapping itself)
+    shards = table.shards if type(table) is TopicQueueTable else None
+    place: MutableMapping[str, dict[str, QueueData]] = table
+    for (topic, queue), entry in todo:
+        if queue is not None and entry is not None and entry is not _LOOK_UP:
+            entry[group] = queue  # the topic's entry, as staging found it
+            continue
+        if shards is not None:
+            place = shards[hash(topic) >> SHARD_SHIFT & SHARD_MASK]
+        if queue is not None:
+            if entry is None or (entry := place.get(topic)) is None:  # staged as new, or found not held
+                # new to the table: named by a string of its own, made beside the entry the
+                # table keeps (the decoder's lies between the body's TopicConfigs, the same size
+                # class of the heap for most names: kept once they are freed it left every
+                # other block of its pools empty, 8 MB with 100k topics); inline, as a call
+                # per topic was a tenth of writing a million new topics
+                place["".join((topic, ""))] = {group: queue}
+            else:
+                entry[group] = queue
+        elif (held := place.get(topic)) is not None and held.pop(group, None) is not None and not held:
+            del place[topic]
 
 
 class Departed(Generic[T]):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -45,9 +44,10 @@ class TopologyFileError(DocumentError):
     """A topology file this server did not write (or a damaged one): the message says what is wrong."""
 
 
-@dataclass(slots=True)
-class Member:
-    """One broker id of a group as last registered: its address and when it was first seen there."""
+class Member(msgspec.Struct):
+    """One broker id of a group as last registered: its address and when it was first seen there.
+    Like KnownGroup, a msgspec Struct: made in C (a dataclass's generated ``__init__`` ran a line
+    of Python a field, at each new member's registration)."""
 
     broker_id: int
     addr: str
@@ -58,13 +58,12 @@ class Member:
 RESTART = "not registered since the NameServer restarted"
 
 
-@dataclass(slots=True)
-class KnownGroup:
+class KnownGroup(msgspec.Struct):
     cluster: str
     broker: str
     since: float
     #: broker id -> the member last registered under it
-    members: dict[int, Member] = field(default_factory=dict)
+    members: dict[int, Member] = msgspec.field(default_factory=dict)
     #: the last departure of a member: when and how (expired, closed, idle, unregistered); the group
     #: is absent when the routes hold none of its members, and then this says since when
     left: float | None = None
