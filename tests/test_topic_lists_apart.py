@@ -183,6 +183,16 @@ def held_builds(monkeypatch, builds: list[list[str]] | None = None) -> tuple[thr
     return started, release
 
 
+@defer.inlineCallbacks
+def whole_list_under_way(ns: Namesrv, peer: Peer, started: threading.Event):
+    """An operator's whole topic list asked for, fired once its build (held: ``held_builds``) is
+    under way: a list of its one answer's Deferred, for the asks a test makes behind it."""
+    answers = [processor.get_all_topic_list(ns.state, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), peer)]
+    while not started.is_set():
+        yield deferLater(reactor, 0.01)
+    return answers
+
+
 @pytest_twisted.inlineCallbacks
 def test_a_lookup_is_answered_while_a_topic_list_is_built(tmp_path, monkeypatch):
     from tests.support import connect, server_config, start_server
@@ -236,9 +246,7 @@ def test_asks_in_new_generations_while_a_list_is_built_wait_for_one_build_not_on
     peer = Peer(1, "127.0.0.1:40000")
     ask = RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER
     try:
-        answers = [processor.get_all_topic_list(ns.state, request(ask), peer)]
-        while not started.is_set():
-            yield deferLater(reactor, 0.01)
+        answers = yield whole_list_under_way(ns, peer, started)
         for number in range(20):  # a topic changes, then the list is asked for again
             ns.register(topics=("T1", "T2", f"N{number}"))
             answers.append(processor.get_all_topic_list(ns.state, request(ask), peer))
@@ -268,10 +276,7 @@ def test_a_waiting_build_takes_the_names_when_it_begins_not_when_asked(tmp_path,
     monkeypatch.setattr(ns.routes, "all_topics", lambda: copies.append(1) or all_topics())
     peer = Peer(1, "127.0.0.1:40000")
     try:
-        answers = [processor.get_all_topic_list(ns.state, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
-                                                peer)]
-        while not started.is_set():
-            yield deferLater(reactor, 0.01)
+        answers = yield whole_list_under_way(ns, peer, started)
         copies.clear()
         answers += [processor.get_topics_by_cluster(ns.state, request(RequestCode.GET_TOPICS_BY_CLUSTER, {
             "cluster": f"c{number}"}), peer) for number in range(5)]
@@ -337,10 +342,7 @@ def test_asks_waiting_for_a_build_hold_room_in_the_memory_budget_and_past_it_are
     started, release = held_builds(monkeypatch)
     peer = Peer(1, "127.0.0.1:40000")
     try:
-        answers = [processor.get_all_topic_list(ns.state, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
-                                                peer)]
-        while not started.is_set():
-            yield deferLater(reactor, 0.01)
+        answers = yield whole_list_under_way(ns, peer, started)
         answers += [processor.get_topics_by_cluster(ns.state, request(RequestCode.GET_TOPICS_BY_CLUSTER,
                                                                       {"cluster": f"c{index}"}), peer)
                     for index in range(10)]

@@ -67,12 +67,8 @@ def _count_answers(tally: Counter[Any], frames: pa.StructArray) -> None:
         return
     table = pa.table({**{name: frames.field(name) for name in _WHO}, "answer": answer,
                       "error": pc.fill_null(pc.not_equal(code, 0), False), "unread": pc.is_null(code)}).filter(answer)
-    for row in table.group_by(list(_WHO)).aggregate([("answer", "count"), ("error", "sum"),
-                                                     ("unread", "sum")]).to_pylist():
-        who = tuple(row[name] for name in _WHO)
-        tally[("answers",) + who] += row["answer_count"]
-        tally[("answer_errors",) + who] += row["error_sum"]
-        tally[("answers_unread",) + who] += row["unread_sum"]
+    _tally_by_client(tally, table, {"answers": ("answer", "count"), "answer_errors": ("error", "sum"),
+                                    "answers_unread": ("unread", "sum")})
 
 
 def count_calls(tally: Counter[Any], calls: pa.StructArray) -> None:
@@ -86,12 +82,17 @@ def count_calls(tally: Counter[Any], calls: pa.StructArray) -> None:
     unsure = pc.and_(pc.and_(pc.is_null(table["response_code"]), pc.fill_null(table["cut"], False)),
                      pc.invert(pc.fill_null(table["oneway"], False)))
     table = table.append_column("unsure", unsure)
-    for row in table.group_by(list(_WHO)).aggregate([("lookup", "sum"), ("paired", "sum"),
-                                                     ("unsure", "sum")]).to_pylist():
+    _tally_by_client(tally, table, {"lookups": ("lookup", "sum"), "paired": ("paired", "sum"),
+                                    "unsure": ("unsure", "sum")})
+
+
+def _tally_by_client(tally: Counter[Any], table: pa.Table, named: dict[str, tuple[str, str]]) -> None:
+    """Each client's (``_WHO``) aggregates of ``table``'s columns added to ``tally``, each under its
+    name: ``named`` maps a name to its (column, aggregation)."""
+    for row in table.group_by(list(_WHO)).aggregate(list(named.values())).to_pylist():
         who = tuple(row[name] for name in _WHO)
-        tally[("lookups",) + who] += row["lookup_sum"]
-        tally[("paired",) + who] += row["paired_sum"]
-        tally[("unsure",) + who] += row["unsure_sum"]
+        for name, (column, how) in named.items():
+            tally[(name,) + who] += row[f"{column}_{how}"]
 
 
 def _table(rows: pa.StructArray, *names: str) -> pa.Table:
