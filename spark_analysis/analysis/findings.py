@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -28,7 +28,7 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.decode.rows import is_cut_broker_addr
 from spark_analysis.model.capture_points import CapturePoints, SecondPoint
-from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, role
+from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, ConnectionEnds, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
 from spark_analysis.model.sessions import iso_time_or_none as _iso
@@ -52,8 +52,8 @@ Item = dict[str, Any]
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
-KINDS = ("packets_dropped", "files_missing", "files_overwritten", "capture_cut", "clock_stepped_back",
-         "one_way_capture", "bad_input", "server_unread",
+KINDS = ("packets_dropped", "files_missing", "files_overwritten", "began_mid_stream", "capture_cut",
+         "clock_stepped_back", "one_way_capture", "bad_input", "server_unread",
          "broker_connection_closed", "end_across_clock_step", "crc_failure",
          "registration_refused",
          "server_restart",
@@ -647,6 +647,49 @@ def overwritten_files(paths: Sequence[str], gaps: Collection[int] = (), kept_fro
                     kept_from=iso_time(kept_from))
 
 
+def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
+                     sides: Mapping[tuple[str, str], str], nameservers: Collection[str],
+                     brokers: Mapping[tuple[str, str], tuple[Any, ...]] | None = None) -> list[Item]:
+    """One info item per capture whose first file holds connections to a NameServer with no SYN
+    (model/periods.ConnectionEnds.opened false): they were open when the capture began, so what
+    was said over them before (a broker's first registrations, a client's first lookups) is not in
+    it, and a broker's first_seen is the first time the capture saw it, not when it came. Said first,
+    as files overwritten are. ``ends``: each file's (by name) connections; ``sides``: each one's
+    server end; ``brokers``: who registered over each (client, server) pair of ends (a broker's
+    identity: its name and address, the same broker at two NameServers once; one whose name a snap
+    length cut is counted by connection). A capture going on past files missing is no capture's start."""
+    found = []
+    for capture in captures:
+        if capture.after_missing is not None:
+            continue
+        path = capture.paths[0]
+        older = sorted(key for key, found_ends in ends.get(path, {}).items()
+                       if not found_ends.opened and sides.get(key) in nameservers)
+        if not older:
+            continue
+        servers = sorted({sides[key] for key in older})
+        who = [(brokers or {}).get((_other_end(key, sides[key]), sides[key])) for key in older]
+        registered = len([found for found in who if found is not None])
+        identities = {found for found in who if found is not None and found[0] is not None}
+        unnamed = len([found for found in who if found is not None and found[0] is None])
+        by_connection = f", {unnamed:,} more by connection (name not captured)" if unnamed else ""
+        of_brokers = (f", {registered:,} of them brokers' (they registered over them: "
+                      f"{_plural(len(identities), 'broker{s}')}{by_connection})" if registered else "")
+        were = "was" if len(older) == 1 else "were"
+        found.append(_finding(
+            "began_mid_stream", INFO, f"{path}: the capture began mid-stream: {_plural(len(older), 'connection{s}')} "
+            f"to NameServer{'s' if len(servers) > 1 else ''} {', '.join(servers)} {were} already open (no SYN)"
+            f"{of_brokers}; what happened before {iso_time(capture.first)} is not shown: a broker's first_seen is "
+            f"the first time it was seen, not when it started", path=path, connections=len(older),
+            broker_connections=registered, brokers=len(identities), brokers_by_connection=unnamed,
+            servers=servers, before=iso_time(capture.first)))
+    return found
+
+
+def _other_end(key: tuple[str, str], server: str) -> str:
+    return key[1] if key[0] == server else key[0]
+
+
 def translated_copies(translated: Translated) -> list[Item]:
     """One info item per translation whose connections were captured twice (model/translated.py):
     what each copy was counted as, so that a NameServer behind a published port is one, and what
@@ -768,6 +811,7 @@ def step_headline(found: list[Item]) -> str | None:
 UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped packets"),
          "files_missing": ("after", "gap{s} of missing files in a rotated set"),
          "files_overwritten": ("path", "ring{s} that wrapped, oldest files overwritten"),
+         "began_mid_stream": ("path", "capture{s} begun with NameServer connections already open"),
          "capture_cut": ("path", "capture file{s} cut by a snap length"),
          "cut_read_elsewhere": ("path", "cut capture file{s} read from another point's copies"),
          "clock_stepped_back": ("path", "capture file{s} whose clock stepped back"),

@@ -152,7 +152,8 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
     NameServer held for its group over the stay, by the replay (replay.Stay.topics: the broker
     name's queues in the server's tables, after deletions and restarts too), and their drops (with
     the topics that left); data versions going backwards: of accepted registrations;
-    ``ended``: how its stay ended (replay.ALIVE ... replay.REFUSED).
+    ``ended``: how its stay ended (replay.ALIVE ... replay.REFUSED); ``clients``: the client ends its
+    registrations came from (findings.began_mid_stream: whose connections a capture began within).
     ``observed_until``: when the captures that observed its server ended (Sessions.end_of; else
     its capture period's end): a broker alive at the end is silent until then."""
     events = stay.events
@@ -179,7 +180,9 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
         "ids": [{"broker_id": i, "role": role(i), "from": t} for i, t in stay.ids],
         "gaps": walk.gaps, "crc_failure_times": crc_failures,
         "closes": [{"t": stay.ended_at, "how": stay.closed}] if stay.end == CLOSED else [],
-        "refused": refused, "closed": stay.closed, "last_alive": stay.last_alive if registered else None,
+        "refused": refused, "closed": stay.closed,
+        "clients": sorted({e["client"] for e in registrations if e["client"] is not None}),
+        "last_alive": stay.last_alive if registered else None,
         "trailing_s": trailing, "registered_again": stay.back,
         "topic_drops": stay.topic_drops,
         "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),

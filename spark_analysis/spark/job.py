@@ -293,6 +293,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     write_bytes(spark, f"{out}/{inputs.CLIENTS_FILE}", clients_csv(talkers))
     codes = latency.code_stats(tally.latencies)
     found_endpoints = endpoint_rows(endpoints, nameservers, tally.served, controller_codes)
+    began = findings.began_mid_stream(captures, by_path, sides, nameservers,
+                                      {(client, b["server"]): (b["broker_name"], b["broker_addr"])
+                                       for b in liveness.brokers for client in b["clients"]})
     findings.calls_at(tally.groups, {row["endpoint"] for row in found_endpoints
                                      if row["kind"] in ("nameserver", "controller")})
     controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],
@@ -300,7 +303,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     summary = summary_json.summary(file_rows, periods, tally.counts(), tally.groups, liveness.brokers, codes,
                                    latency.code_stats(tally.latencies, by_server=True), talkers, found_endpoints,
                                    with_controller_view(liveness.stories, controller), controller,
-                                   findings.other_traffic(tally.others, ports) + copies + dropped + missing,
+                                   findings.other_traffic(tally.others, ports) + copies + dropped + missing + began,
                                    tally.routes_found, {c.first for c in captures if c.after_missing})
     write_bytes(spark, f"{out}/{inputs.SUMMARY_FILE}", json.dumps(summary, indent=1).encode())
     found = summary["findings"]

@@ -81,10 +81,10 @@ def without_input(row: dict) -> dict:
 
 def evidence_of(summary: dict, sessions: set[str] | None = None) -> list[tuple]:
     """The evidence as (kind, severity, message), of these sessions' brokers if given, else all
-    but the files' own (whose names differ)."""
+    but the files' own (whose names differ: a bad input, the first file a capture began within)."""
     return sorted((item["kind"], item["severity"], item["message"]) for f in summary["findings"]
                   for item in f["evidence"] if (item.get("session") in sessions if sessions is not None
-                                                else item["kind"] != "bad_input"))
+                                                else item["kind"] not in ("bad_input", "began_mid_stream")))
 
 
 def _with_seconds(table):

@@ -91,7 +91,11 @@ def test_findings_are_what_the_generator_injected(synthetic, synthetic_outputs: 
     assert [kind for kind, _ in problems] == [
         "broker_connection_closed", "crc_failure", "registration_refused", "bad_input", "heartbeat_expired",
         "heartbeat_near_expiry", "topic_not_exist", *["unanswered"] * len(unanswered_codes),
-        "unpaired_error_answer", "silence_not_captured", "broker_unregistered", "broker_alive_at_end"]
+        "began_mid_stream", "unpaired_error_answer", "silence_not_captured", "broker_unregistered",
+        "broker_alive_at_end"]
+    # the generator's broker 0 registers over a connection begun before the capture (no SYN)
+    [begun] = kinds(summary, "began_mid_stream")
+    assert (begun["broker_connections"], begun["brokers"]) == (1, 1)
     # the TOPIC_NOT_EXIST answers captured whose lookups the capture lost: said, not as unknown topics
     captured = sum(1 for f in synthetic_outputs.frames if f["code"] == 17 and f["flag"] & 1)
     assert [(f["response_code"], f["count"]) for f in kinds(summary, "unpaired_error_answer")] == [

@@ -21,7 +21,7 @@ from tests.spark.test_rotated import record_ends, records
 from tests.spark.test_truth import REAL, truth_of
 
 #: findings whose message names an input file (they differ between a file and its parts by name only)
-_NAMING_FILES = ("bad_input", "capture_cut")
+_NAMING_FILES = ("bad_input", "capture_cut", "began_mid_stream")
 
 
 def _pcap(name: str) -> bytes:

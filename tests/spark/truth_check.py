@@ -62,10 +62,11 @@ KIND_CLASSES = {
     "translated_copies": "translated",  # connections captured twice under NAT: exactly the truth's translated_copies
     "same_traffic_twice": "second_point",  # connections two capture points both hold: exactly the truth's second_point
 }
-#: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged
+#: what clients saw (unknown topics, slow or failed answers): not in the NameServer's log, not judged; and
+#: connections open before the capture began (began_mid_stream): what the capture cannot show, as the truth has it not
 NOT_JUDGED = frozenset({"topic_not_exist", "retry_topic_lookup", "topic_made_on_first_use", "slow_answer",
                         "response_code", "unanswered", "unpaired_error_answer",
-                        "address_in_sessions"})
+                        "address_in_sessions", "began_mid_stream"})
 #: refused attempts that are noise (nothing listening), which the report must count
 NOISE = ("never_listening", "before_start", "after_stop")
 
