@@ -284,3 +284,59 @@ async def test_a_request_with_two_authorization_headers_is_refused_whichever_com
     assert (await threads.deferToThread(raw_get, web, "/api/overview", READER))[0] == 200
     _, _, metrics = await threads.deferToThread(get, web + "/metrics")
     assert re.search(rb'namesrv_refusals_total\{listener="http",reason="unauthenticated"\} [1-9]', metrics)
+
+
+def server_wide(base: str, method: str = "OPTIONS", credentials: tuple[str, str] | None = None,
+                host: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    """A request whose target is ``*`` (asterisk form, RFC 9112 3.2.4), as written."""
+    import http.client
+
+    address = base.removeprefix("http://")
+    connection = http.client.HTTPConnection(address, timeout=10)
+    connection.putrequest(method, "*", skip_host=True)
+    connection.putheader("Host", host or address)
+    if credentials:
+        connection.putheader("Authorization", "Basic " + b64encode(":".join(credentials).encode()).decode())
+    connection.endheaders()
+    response = connection.getresponse()
+    try:
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_options_star_passes_the_gate_as_every_request_does(web):
+    """Twisted answered ``OPTIONS *`` 200 (another method 405) before any resource: under ACL without
+    an account, to a foreign Host, without Cache-Control, no refusal said. It is the Gate's now: 401
+    without an account (a refusal, ``unauthenticated``), 403 for a Host that is not this server's; an
+    account gets 200 with what the server serves (``Allow: GET, HEAD``), and ``GET *`` is 405, never
+    the status page the empty path routes to."""
+    def check() -> None:
+        assert server_wide(web) == (401, server_wide(web)[1], b"")
+        status, headers, body = server_wide(web, credentials=READER)
+        assert (status, headers.get("allow"), headers.get("cache-control"), body) == (200, "GET, HEAD", "no-store", b"")
+        assert server_wide(web, credentials=READER, host="attacker.example")[0] == 403
+        assert server_wide(web, "HEAD")[0] == 401
+        status, headers, body = server_wide(web, "GET", READER)
+        assert (status, headers.get("allow"), body) == (405, "OPTIONS", b"")
+
+    await threads.deferToThread(check)
+    _, _, metrics = await threads.deferToThread(get, web + "/metrics")
+    assert re.search(rb'namesrv_refusals_total\{listener="http",reason="unauthenticated"\} [2-9]', metrics)
+    assert re.search(rb'namesrv_refusals_total\{listener="http",reason="host"\} [1-9]', metrics)
+
+
+@pytest_twisted.ensureDeferred
+async def test_options_star_without_acl_is_this_machine_s_as_the_page_is(tmp_path):
+    """Without ACL ``*`` is no public path: a loopback peer naming a loopback Host gets the 200, a
+    rebinding name 403 (``host``), as for the status page."""
+    service, _ = await start_server(server_config(tmp_path, metricsPort=free_port()))
+    try:
+        site = await service.web_ready
+        base = f"http://127.0.0.1:{site.getHost().port}"
+        status, headers, _ = await threads.deferToThread(server_wide, base)
+        assert (status, headers.get("allow"), headers.get("cache-control")) == (200, "GET, HEAD", "no-store")
+        assert (await threads.deferToThread(server_wide, base, "OPTIONS", None, "attacker.example"))[0] == 403
+    finally:
+        await service.stopService()

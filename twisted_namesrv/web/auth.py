@@ -84,6 +84,25 @@ class Refusal(resource.Resource):
         return b""
 
 
+class ServerWide(resource.Resource):
+    """The request target ``*`` (asterisk form), past the Gate: ``OPTIONS *`` says which methods the
+    server serves (200, ``Allow: GET, HEAD``; RFC 9110 9.3.7), any other method 405 (``*`` is for
+    OPTIONS only), as Twisted answered them, but only once the Gate let the request in: Twisted
+    answered them before any resource, so ``OPTIONS *`` was 200 under ACL without an account, to
+    any Host, without Cache-Control, and no refusal was said (web/connections.py: HeadRequest)."""
+
+    isLeaf = True
+
+    def render(self, request: server.Request) -> bytes:
+        if request.method == b"OPTIONS":
+            request.setHeader(b"allow", b"GET, HEAD")
+        else:
+            request.setResponseCode(405)
+            request.setHeader(b"allow", b"OPTIONS")
+        request.setHeader(b"content-length", b"0")
+        return b""
+
+
 def refusal(status: int) -> resource.IResource:
     return cast(resource.IResource, Refusal(status))  # a Resource provides IResource (zope, unseen by mypy)
 
@@ -144,10 +163,11 @@ class Gate(resource.Resource):
     def getChildWithDefault(self, path: bytes, request: server.Request) -> resource.IResource:
         request.setHeader(b"cache-control", CACHE_CONTROL)  # every answer, refusals included
         absolute = absolute_form(request)
+        server_wide = request.path == b"*"  # ``OPTIONS *`` (RFC 9110 9.3.7): the server, no path of it
         segments = normalized(absolute[1] if absolute else [path, *request.postpath])
         request.prepath[-1:] = segments[:1]
         request.postpath = segments[1:]
-        routed = b"/" + b"/".join(segments)
+        routed = b"*" if server_wide else b"/" + b"/".join(segments)
         headers = request.requestHeaders.getRawHeaders(b"host") or []
         written = absolute[0] if absolute else headers[0] if len(headers) == 1 else None
         host = parse_host(written.decode("latin-1")) if written is not None else None
@@ -179,6 +199,8 @@ class Gate(resource.Resource):
             if is_admin_path(routed) and not account.admin:
                 return self._refused(request, 403, "not_admin", "{path} needs an admin account, {account} is not",
                                      path=routed.decode("utf-8", "replace")[:200], account=account.access_key)
+        if server_wide:
+            return cast(resource.IResource, ServerWide())
         return self.inner.getChildWithDefault(segments[0], request)
 
     def _refused(self, request: server.Request, status: int, reason: str, message: str,

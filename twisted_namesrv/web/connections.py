@@ -28,6 +28,7 @@ from typing import Any
 
 from twisted.internet import interfaces
 from twisted.protocols import basic
+from twisted.python import failure
 from twisted.web import http, resource, server
 
 from ..budget import FdBudget, MemoryBudget
@@ -202,6 +203,16 @@ class HeadRequest(server.Request):
 
     def render(self, resrc: resource.IResource) -> None:
         super().render(_Headless(resrc) if self.method == b"HEAD" else resrc)
+
+    def _handleStar(self) -> None:
+        """``OPTIONS *`` (any method with the target ``*``) goes through the site's root, the Gate
+        (web/auth.py), as every request does: Twisted answered it 200 (405 for other methods) before
+        any resource, so under ACL it needed no account, and neither the Host check nor Cache-Control
+        applied; the Gate answers it once its checks pass (auth.ServerWide)."""
+        try:
+            self.render(self.site.getResourceFor(self))
+        except BaseException:
+            self.processingFailed(failure.Failure())
 
 
 class _Headless(resource.Resource):
