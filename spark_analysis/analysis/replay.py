@@ -35,7 +35,12 @@ from typing import Any
 from spark_analysis.decode.rows import CAPTURE_MISSED, CONNECTION_CLOSED, broker_header, is_cut_broker_addr
 from spark_analysis.model.endpoints import EndpointStory, Outage
 from spark_analysis.model.sessions import Sessions, iso_time
-from twisted_namesrv.bodies.register import RegisterBodyError, RegisterBrokerBody, decode_register_body
+from twisted_namesrv.bodies.register import (
+    RegisterBodyError,
+    RegisterBrokerBody,
+    RegistrationRefused,
+    decode_register_body,
+)
 from twisted_namesrv.bodies.register_header import RegisterBrokerHeader
 from twisted_namesrv.bodies.route import MASTER_ID
 from twisted_namesrv.compat import JAVA_4_9_8, Profile, profile_for_version
@@ -558,18 +563,18 @@ class _SessionReplay:
         addr, t = event["broker_addr"], event["t"]
         stay = self.open.get(addr)
         if not event["alive"]:  # refused: the server's tables stay as they are
-            if stay is None:
-                stay = Stay(self.server, self.session, event["cluster"], event["broker_name"], addr, t, [], [], t,
-                            REFUSED, t)
-                self.stays.append(stay)
-            stay.events.append(event)
+            self._refused(event, stay)
             return
         header = self.bodies.header(event)  # read once per distinct header, as the decoder reads it
         digest = self.bodies.digest(event, self.config.revision)
         table = None  # the whole table, read where the registration applies in full or opens a count
         if self.manager.renew_registration(header, addr, digest) is None:  # the server's rule, as its handler asks
             table = self.bodies.decoded(event, header)
-            self.manager.register_broker(self._request(event, header, table, digest))
+            try:
+                self.manager.register_broker(self._request(event, header, table, digest))
+            except RegistrationRefused:  # past a limit of the tables (a name over maxNameLength...): the
+                self._refused(event, stay)  # server's own refusal (it answers 1 or closes); it stopped the report
+                return
         elif stay is None or not stay.table_known:
             table = self.bodies.decoded(event, header)
         if stay is None:
@@ -584,6 +589,16 @@ class _SessionReplay:
         stay.last_alive = t
         if table is not None and not stay.table_known:
             stay.table_known = self._uncounted = True
+
+    def _refused(self, event: dict[str, Any], stay: Stay | None) -> None:
+        """A registration the server's tables did not take: its stay (a new one, ended as refused, when
+        the broker is not registered) keeps the event; the tables stay as they are."""
+        if stay is None:
+            addr, t = event["broker_addr"], event["t"]
+            stay = Stay(self.server, self.session, event["cluster"], event["broker_name"], addr, t, [], [], t,
+                        REFUSED, t)
+            self.stays.append(stay)
+        stay.events.append(event)
 
     def _request(self, event: dict[str, Any], header: RegisterBrokerHeader, table: RegisterBrokerBody | None,
                  digest: bytes | None) -> Any:

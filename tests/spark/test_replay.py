@@ -615,3 +615,18 @@ def test_a_long_silence_costs_the_scans_that_can_expire_something(monkeypatch) -
     assert ends_of(replay) == [("10.0.0.1:10911", 0, 10.0, "expired", 160.0),
                                ("10.0.0.2:10911", 0, day, "expired", day + 150.0)]
     assert len(scans) < 100
+
+
+def test_a_registration_past_a_limit_of_the_tables_is_refused_not_the_end_of_the_report() -> None:
+    """Any peer registers under any name, and a capture keeps what the server refused too: a broker
+    named in 600 characters (over maxNameLength) raised RegistrationRefused out of the replay, and the
+    whole report stopped (a Python worker's traceback, exit 1). It is a refused stay now, as when the
+    server answered the refusal, and the brokers after it replay as before."""
+    long = "b" * 600
+    replay = replayed([registration(10.0, name=long), registration(20.0, addr="10.0.0.2:10911"),
+                       registration(40.0, name=long)], end=60.0)
+    assert ends_of(replay) == [("10.0.0.1:10911", None, 10.0, "refused", 10.0),
+                               ("10.0.0.2:10911", 0, 20.0, "alive", None),
+                               ("10.0.0.1:10911", None, 40.0, "refused", 40.0)]
+    answered = replayed([registration(10.0, alive=False), registration(40.0, alive=False)], end=60.0)
+    assert [stay.end for stay in answered.stays] == ["refused", "refused"]  # as the server's answered refusals
