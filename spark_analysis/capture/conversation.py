@@ -295,9 +295,12 @@ def _decode_frames(conversation: Conversation, direction: str, data: bytes, time
     key and the kind, no call more), its bytes and body are views of the run when asked for."""
     view = memoryview(data)
     starts, stops = zip(*spans, strict=True)
-    at = np.array(starts, np.int64)
+    # a frame shorter than its header-length word (a length under 4) as the run's last has no word to
+    # read: read where one ends the run instead, whatever it says (its header would end past the
+    # frame, so the codec refuses it: _decode_at); reading past the end stopped the whole report
+    at = np.minimum(np.array(starts, np.int64), max(len(data) - 4, 0))
     words = read_words(np.frombuffer(data, np.uint8), at, ">u4", 1)[:, 0].astype(np.int64)
-    header_ends = (at + 4 + (words & HEADER_LENGTH_MASK)).tolist()
+    header_ends = (np.array(starts, np.int64) + 4 + (words & HEADER_LENGTH_MASK)).tolist()
     append = conversation.commands.append
     json_kinds = _KINDS[_JSON]
     # the kind of the last JSON frame found by its key, and whether the one found before it was of

@@ -139,3 +139,15 @@ def test_the_kinds_kept_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) ->
         for kinds in conversation._KINDS.values():
             assert 0 < sum(map(len, kinds)) <= small.max_bytes
     conversation.forget_kinds()
+
+
+@pytest.mark.parametrize("short", [b"", b"a", b"ab", b"abc"])
+def test_a_last_frame_shorter_than_its_header_word_is_undecodable_not_the_end_of_the_report(short: bytes) -> None:
+    """A frame announcing fewer than 4 bytes (no room for its header-length word) as a stream's last:
+    the header words were read for every frame at once, 4 bytes at each start, and reading past the
+    stream's end raised IndexError in the decoding task, which stopped the whole report (Spark's
+    traceback, exit 1). It is the codec's undecodable frame, as Java closes the channel for it."""
+    frame = len(short).to_bytes(4, "big") + short
+    conversation = conversation_of(only(reassemble(handshake() + client_stream(route_query(1), frame))))
+    assert [c.command.opaque for c in conversation.commands] == [1]
+    assert conversation.undecodable == frame
