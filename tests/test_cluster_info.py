@@ -99,3 +99,71 @@ def test_a_group_unregistered_and_registered_again_re_encodes_that_group_only(tm
         send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
         assert transport.value().count(b'"brokerName":"group-') == 300
     assert encoded == ["group-7"] * 3
+
+
+def test_a_group_cycle_moves_it_in_the_kept_order_not_every_group(tmp_path, monkeypatch) -> None:
+    """The ask after a cycle of one group (unregistered, registered again: it goes to the end of its
+    bucket) ordered every group and every cluster again (a Python step a name, about half the ask at
+    20,000 clusters); the order is kept now and the group moved in it: no ordering of the whole table."""
+    from twisted_namesrv import cluster_info
+
+    protocol, transport, _ = connection(tmp_path, "one", "5.3.3", keep=True)
+    rng = random.Random(2)
+    for index in range(300):
+        protocol.dataReceived(register(f"group-{index}", f"cluster-{index}", 0, 1, True, rng, index).encode())
+    send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
+    ordered: list[int] = []
+    order = cluster_info.bucket_order
+    monkeypatch.setattr(cluster_info, "bucket_order", lambda spreads, mask: ordered.append(len(spreads)) or
+                        order(spreads, mask))
+    for counter in range(2, 5):
+        protocol.dataReceived(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
+            "brokerName": "group-7", "brokerAddr": "127.0.0.7:10", "clusterName": "cluster-7", "brokerId": "0"},
+            version=479).encode())
+        protocol.dataReceived(register("group-7", "cluster-7", 0, counter, True, rng, 7).encode())
+        transport.clear()
+        send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
+        assert transport.value().count(b'"brokerName":"group-') == 300
+    assert max(ordered, default=0) <= 1  # the cluster's one member, re-encoded; never the table's 300
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_kept_order_is_the_order_worked_out_whole_after_any_changes(seed: int) -> None:
+    """cluster_info._Order against the order worked out whole (fastjson.bucket_order), after random
+    removals, insertions, removals and insertions again (a dict's order: last), several at once or
+    many (past MOVES_MAX), and the table's size changing."""
+    from twisted_namesrv.cluster_info import _Order
+    from twisted_namesrv.remoting.fastjson import bucket_order, java_spread, table_size
+
+    rng = random.Random(seed)
+    pool = [f"k{i}" for i in range(400)]
+    names = {key: (java_spread(key), b"") for key in pool}
+    table: dict[str, None] = dict.fromkeys(rng.sample(pool, 150))
+    kept = _Order()
+    for _ in range(300):
+        for _ in range(rng.choice([0, 1, 1, 2, 5, 80])):
+            key = rng.choice(pool)
+            if key in table and rng.random() < 0.6:
+                del table[key]
+                if rng.random() < 0.5:
+                    table[key] = None  # gone and back: last
+            else:
+                table[key] = None
+        keys = list(table)
+        size = table_size(len(keys), 16)
+        whole = [keys[i] for i in bucket_order([names[key][0] for key in keys], size - 1)]
+        assert kept.of(keys, names, size) == whole
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kept_orders_join_the_tables_encoded_whole(tmp_path, monkeypatch, seed: int) -> None:
+    """The test above with 120 groups in two clusters, every cluster's members in a kept order
+    (KEPT_MEMBERS_MIN 8) and a few moves the most (MOVES_MAX 3): the orders kept, moved and worked
+    out whole again give the bytes of the whole encoding."""
+    from twisted_namesrv import cluster_info
+
+    monkeypatch.setattr(cluster_info, "KEPT_MEMBERS_MIN", 8)
+    monkeypatch.setattr(cluster_info, "MOVES_MAX", 3)
+    monkeypatch.setattr(__import__(__name__, fromlist=["GROUPS"]), "GROUPS", [f"g{i}" for i in range(120)])
+    monkeypatch.setattr(__import__(__name__, fromlist=["CLUSTERS"]), "CLUSTERS", ["c0", "c1"])
+    test_the_joined_cluster_info_is_the_tables_encoded_whole(tmp_path, "5.3.3", seed)
