@@ -898,3 +898,35 @@ def test_inflate_limit_is_the_configured_one(tmp_path):
                                             "compressed RegisterBrokerBody inflates beyond 1024 bytes")
     assert ns.routes.topicQueueTable == {}
     assert ns.register(compressed=True, topics=("T1", "T2")).code == ResponseCode.SUCCESS
+
+
+#: Java Properties' own escapes in an UPDATE_NAMESRV_CONFIG body: a line continued (a backslash at the
+#: line's end, the next line's indent dropped), an escaped backslash before a real line end (two lines),
+#: ``#``/``!`` leading a value and a line, ``=``, ``:`` and a space escaped into a key, a key continued,
+#: a colon or space as the separator, a last backslash alone
+JAVA_ESCAPES = ["productEnvName=x\\\naclEnable=false", "productEnvName=x\\\n  kvConfigPath=/tmp/evil",
+                "productEnvName=x\\\\\naclEnable=false", "productEnvName=#not a comment", "productEnvName=!bang",
+                "#productEnvName=comment\naclEnable=false", "!productEnvName=comment",
+                "productEnvName=ends with backslash\\\\", "productEnvName=a=b:c d", "product\\=EnvName=x",
+                "productEnvName\\:x=y", "productEnvName\\ =y", "productEnvName\\\n=split key",
+                "productEnvName:colon", "productEnvName value", "  productEnvName  =  padded  ",
+                "productEnvName=trailing\\", "orderMessageEnable=true\\\nfalse", "productEnvName=x\\u0041\\=\\:\\#"]
+
+
+@pytest.mark.parametrize("body", JAVA_ESCAPES)
+def test_java_properties_escapes_in_an_update_save_what_was_taken_and_smuggle_no_key(ns, body):
+    """Whatever Java's Properties rules make of the body, what is taken is what the saved file reads
+    back as (the next start's values), and no key comes of a value: a continued line is one value, a
+    key with an escaped separator is a key no setting has (ignored), a line end after an escaped
+    backslash is a second key (refused when it is in the black list: nothing taken)."""
+    from twisted_namesrv import properties
+
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=body.encode())
+    taken = dict(ns.config.values)
+    if answer.code != ResponseCode.SUCCESS:
+        assert answer.remark == "Can not update config in black list." and not ns.config_path.exists()
+        return
+    saved = properties.load(ns.config_path.read_text("utf-8"))
+    assert set(saved) <= set(taken) and "aclEnable" not in saved and saved.get("kvConfigPath") != "/tmp/evil"
+    assert {key: str(taken[key]).lower() if isinstance(taken[key], bool) else str(taken[key]) for key in saved} == {
+        key: value for key, value in saved.items()}
