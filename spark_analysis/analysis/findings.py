@@ -28,6 +28,7 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.decode.rows import is_cut_broker_addr
 from spark_analysis.model.capture_points import CapturePoints, SecondPoint
+from spark_analysis.model.endpoints import EndpointStory
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, ConnectionEnds, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
@@ -649,22 +650,28 @@ def overwritten_files(paths: Sequence[str], gaps: Collection[int] = (), kept_fro
 
 def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
                      sides: Mapping[tuple[str, str], str], nameservers: Collection[str],
-                     brokers: Mapping[tuple[str, str], tuple[Any, ...]] | None = None) -> list[Item]:
-    """One info item per capture whose first file holds connections to a NameServer with no SYN
-    (model/periods.ConnectionEnds.opened false): they were open when the capture began, so what
-    was said over them before (a broker's first registrations, a client's first lookups) is not in
-    it, and a broker's first_seen is the first time the capture saw it, not when it came. Said first,
-    as files overwritten are. ``ends``: each file's (by name) connections; ``sides``: each one's
-    server end; ``brokers``: who registered over each (client, server) pair of ends (a broker's
-    identity: its name and address, the same broker at two NameServers once; one whose name a snap
-    length cut is counted by connection). A capture going on past files missing is no capture's start."""
+                     brokers: Mapping[tuple[str, str], tuple[Any, ...]] | None = None,
+                     stories: Mapping[str, EndpointStory] | None = None) -> list[Item]:
+    """One info item per capture holding connections to a NameServer with no SYN where the capture
+    first saw them (model/periods.ConnectionEnds.opened false), in its first file or a later one (a
+    broker's connection silent through a short first file, tcpdump -G 10: v5-midsplit's broker-a at
+    :9877 is first heard in the third): they were open when the capture began, so what was said over
+    them before (a broker's first registrations, a client's first lookups) is not in it, and a
+    broker's first_seen is the first time the capture saw it, not when it came. Said first, as files
+    overwritten are. ``ends``: each file's (by name) connections; ``sides``: each one's server end;
+    ``brokers``: who registered over each (client, server) pair of ends (a broker's identity: its
+    name and address, the same broker at two NameServers once; one whose name a snap length cut is
+    counted by connection); ``stories``: the server endpoints' (model/endpoints.py). A connection
+    first seen after its server was seen not running (refusing connections: not started yet, or
+    gone) was opened since, its SYN not captured (a capture that dropped packets or was paused:
+    v5-gaps' client at a NameServer that started after the capture did), so it is not counted. A
+    capture going on past files missing is no capture's start."""
     found = []
     for capture in captures:
         if capture.after_missing is not None:
             continue
         path = capture.paths[0]
-        older = sorted(key for key, found_ends in ends.get(path, {}).items()
-                       if not found_ends.opened and sides.get(key) in nameservers)
+        older = _open_before(capture, ends, sides, nameservers, stories or {})
         if not older:
             continue
         servers = sorted({sides[key] for key in older})
@@ -684,6 +691,36 @@ def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tup
             broker_connections=registered, brokers=len(identities), brokers_by_connection=unnamed,
             servers=servers, before=iso_time(capture.first)))
     return found
+
+
+def _open_before(capture: Capture, ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
+                 sides: Mapping[tuple[str, str], str], nameservers: Collection[str],
+                 stories: Mapping[str, EndpointStory]) -> list[tuple[str, str]]:
+    """The connections to a NameServer a capture holds that were open when it began: no SYN in the
+    file it first saw them in, none first seen after their server was seen not running."""
+    seen: set[tuple[str, str]] = set()
+    older = []
+    for path in capture.paths:
+        for key, found_ends in ends.get(path, {}).items():
+            if key in seen:
+                continue
+            seen.add(key)
+            server = sides.get(key)
+            if found_ends.opened or server is None or server not in nameservers:
+                continue
+            down = _not_running_from(stories.get(server))
+            if down is None or found_ends.first < down:
+                older.append(key)
+    return sorted(older)
+
+
+def _not_running_from(story: EndpointStory | None) -> float | None:
+    """The first time a server's packets show it not running: an attempt it refused while nothing
+    listened (before it started, after it stopped) or its going away; None if they never do."""
+    if story is None:
+        return None
+    times = [first for _, first, _, _ in story.refused] + [outage.down for outage in story.outages]
+    return min(times, default=None)
 
 
 def _other_end(key: tuple[str, str], server: str) -> str:
