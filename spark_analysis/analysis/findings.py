@@ -356,7 +356,8 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   first=_iso(first), last=_iso(last)))
         elif _is_topic_not_exist(name, response):
             made = _made_after(routes_found or {}, topic, last)
-            found.append(_unknown_topic(client, topic, count, first, last, made))
+            registered = None if made is not None else _registered_after(explained, lookups, client, topic, last)
+            found.append(_unknown_topic(client, topic, count, first, last, made, registered))
     for (name, response, remark), entry in responses.items():
         if _said_elsewhere(name, response):
             continue
@@ -1121,17 +1122,22 @@ _MESSAGES = {"heartbeat_near_expiry": _silences, "silence_not_captured": _silenc
              "response_code": _answers, "unanswered": _unanswered, "undecodable_connection": _undecodable}
 
 
-def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, made: Any) -> Item:
+def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, made: Any,
+                   registered: float | None = None) -> Item:
     """A user topic answered TOPIC_NOT_EXIST: a warning, unless its route was served after every such
-    answer (``made``): then it did not exist yet, the usual first send with autoCreateTopicEnable."""
+    answer (``made``), or a broker registered it with those NameServers after them (``registered``):
+    then it did not exist yet, the usual first send with autoCreateTopicEnable."""
     facts = {"topic": topic, "client": client, "count": count, "first": _iso(first), "last": _iso(last)}
-    if made is None:
+    if made is None and registered is None:
         named = NOT_CAPTURED.format("topic") if topic is None else repr(topic)
         return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {named}: "
                         f"TOPIC_NOT_EXIST", **facts)
+    since = (f"its route served from {_iso(made)}" if made is not None else
+             f"a broker's registration brought it to the NameServer at {_iso(registered)}")
     return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
-                    f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, its route served from {_iso(made)}): a topic "
-                    f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made), **facts)
+                    f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, {since}): a topic made on first use, e.g. by "
+                    f"the broker's autoCreateTopicEnable", found_from=_iso(made), registered_at=_iso(registered),
+                    **facts)
 
 
 def _group_topic_gone(client: Any, topic: Any, count: int, first: Any, last: Any, had: float) -> Item:
@@ -1150,6 +1156,23 @@ def _made_after(routes_found: dict[Any, float], topic: Any, last_unknown: Any) -
     before it: the topic did not exist yet. None if it was never served, or was unknown again after."""
     served = routes_found.get(topic)
     return served if served is not None and last_unknown <= served else None
+
+
+def _registered_after(explained: set[int], lookups: list[Item], client: Any, topic: Any,
+                      last_unknown: Any) -> float | None:
+    """When a broker first registered the topic with the NameServers whose TOPIC_NOT_EXIST to
+    ``client`` no other finding tells, where the replay saw each of them take it into its tables
+    after those answers (their cause ``made_later``: replay.judge_lookups): the latest of those
+    times, if after ``last_unknown``. A producer that sends by the default topic once its lookup
+    failed makes the topic at its broker (autoCreateTopicEnable), whose next registration carries
+    it, whether or not a lookup of it is captured since (v4-ops-late's TopicBusy: the producer was
+    done before its next lookup). None if any of those NameServers did not."""
+    causes = [lookup["cause"] for index, lookup in enumerate(lookups)
+              if lookup["client"] == client and lookup["topic"] == topic and index not in explained]
+    if not causes or any(cause is None or cause["kind"] != "made_later" for cause in causes):
+        return None
+    registered = max(_seconds(cause["t"]) for cause in causes)
+    return registered if last_unknown <= registered else None
 
 
 def _is_topic_not_exist(name: str, response: int) -> bool:
@@ -1515,6 +1538,8 @@ def _tie_lookups(found: list[Item], lookups: list[Item]) -> set[int]:
     told: set[int] = set()
     for index, lookup in enumerate(lookups):
         cause = lookup["cause"]
+        if cause is not None and cause["kind"] == "made_later":
+            continue  # not a route gone: the topic made later (topic_made_on_first_use says it)
         target = None if cause is None else next((item for item in found if _tells(item, cause, lookup)), None)
         if target is None:
             continue

@@ -30,6 +30,15 @@ def test_a_capture_begun_after_the_cluster_says_its_connections_were_already_ope
                                                  "2026-11-30T23:01:00.188881Z")
     infos = [f["kind"] for f in out.summary["findings"] if f["severity"] == "info"]
     assert infos[0] == "began_mid_stream"  # said first of what the capture cannot show
+    # information only: the headline counts what needs attention, and what the connections carried
+    # before is nothing the report judges (every stay's end and the fail-overs are in the capture).
+    # TopicBusy, looked up 2x before its producer sent by TBW102 and broker-a made it (its next
+    # registration, at once), was made later, not unknown: the producer was done before a lookup
+    # of it was served
+    assert out.summary["attention"] == "1 warning: 2 fail-overs"
+    [busy] = [i for f in out.summary["findings"] if f["kind"] == "topic_made_on_first_use" for i in f["evidence"]]
+    assert (busy["topic"], busy["count"], busy["found_from"]) == ("TopicBusy", 2, None)
+    assert busy["last"] < busy["registered_at"] < "2026-11-30T23:01:17"
 
 
 def _ends(opened: bool) -> ConnectionEnds:

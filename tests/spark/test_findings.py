@@ -578,6 +578,38 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
     assert findings_module.attention(said)["attention"].startswith("1 warning: 2 unknown topics")
 
 
+def test_a_topic_a_broker_registered_after_its_lookups_failed_is_information() -> None:
+    """A producer's lookups answered TOPIC_NOT_EXIST, then it sent by the default topic and its
+    broker made the topic and registered it (the replay's cause ``made_later``), the producer done
+    before a lookup of it was served (v4-ops-late's TopicBusy): made on first use, not unknown. At
+    two NameServers, the later of their registrations; where one of them never held it, a warning."""
+    def lookup(t: float, client: str, topic: str) -> tuple:
+        return (t, "c", client, 105, "GET_ROUTEINFO_BY_TOPIC", int(t * 10), 17, 1.0, False, topic, None,
+                "s:9876", None, False, "in.pcap", "s:9876@x")
+
+    rows = [lookup(1.0, "10.0.0.7:1", "Busy"), lookup(1.1, "10.0.0.7:1", "Busy"), lookup(2.0, "10.0.0.8:1", "Half")]
+    groups: findings_module.Groups = {}
+    findings_module.note_calls(groups, pa.array(rows, type=tables.row_type(CALL)))
+    findings_module.calls_at(groups, {"s:9876"})
+
+    def failed(server: str, client: str, topic: str, count: int, first: float, last: float,
+               made: float | None) -> dict:
+        return {"kind": "lookup_failed", "server": server, "topic": topic, "client": client, "count": count,
+                "first": findings_module._iso(first), "last": findings_module._iso(last),
+                "cause": None if made is None else {"kind": "made_later", "t": findings_module._iso(made)}}
+
+    stories = [failed("s:9876", "10.0.0.7:1", "Busy", 1, 1.0, 1.0, 1.3),
+               failed("s:9877", "10.0.0.7:1", "Busy", 1, 1.1, 1.1, 1.4),
+               failed("s:9876", "10.0.0.8:1", "Half", 1, 2.0, 2.0, 2.5),
+               failed("s:9877", "10.0.0.8:1", "Half", 0, 2.0, 2.0, None)]
+    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups), stories=stories)
+    assert sorted((f["kind"], f["severity"], f["topic"]) for f in said) == [
+        ("topic_made_on_first_use", "info", "Busy"), ("topic_not_exist", "warning", "Half")]
+    busy = next(f for f in said if f["topic"] == "Busy")
+    assert (busy["count"], busy["found_from"], busy["registered_at"]) == (2, None, findings_module._iso(1.4))
+    assert findings_module.attention(said)["attention"] == "1 warning: 1 unknown topic"
+
+
 def test_a_retry_topic_unknown_after_its_client_had_its_route_is_a_warning() -> None:
     """A consumer's lookups of its group's retry topic answered TOPIC_NOT_EXIST before the topic
     exists are start-up (information). Once that client was served the route, a TOPIC_NOT_EXIST is
