@@ -35,6 +35,7 @@ from spark_analysis.model.sessions import iso_seconds as _seconds
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add, merge_earliest
 from spark_analysis.model.translated import Translated
+from twisted_namesrv.controller.codes import ControllerResponseCode
 from twisted_namesrv.escapes import escaped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
@@ -362,9 +363,9 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
         if _said_elsewhere(name, response):
             continue
         requesters = entry["requesters"]
-        found.append(_finding("response_code", WARNING, f"{name} answered {code_name(response, True)} "
-                              f"({response}) {entry['count']}x: {remark!r}; by {', '.join(sorted(requesters))}",
-                              code_name=name, response_code=response, response_name=code_name(response, True),
+        found.append(_finding("response_code", WARNING, f"{name} answered {said_code(response)} "
+                              f"{entry['count']}x: {remark!r}; by {', '.join(sorted(requesters))}",
+                              code_name=name, response_code=response, response_name=response_name(response),
                               remark=remark, count=entry["count"], requesters=requesters, first=_iso(entry["first"]),
                               last=_iso(entry["last"])))
     found += _unpaired_error_answers(groups)
@@ -1175,6 +1176,29 @@ def _registered_after(explained: set[int], lookups: list[Item], client: Any, top
     return registered if last_unknown <= registered else None
 
 
+#: the name of a response code that neither the NameServer's nor a controller's codes hold
+UNKNOWN_CODE = "unknown"
+
+
+def response_name(code: int) -> str:
+    """A response code's Java name: the NameServer's (remoting ResponseCode) or a controller's
+    (ControllerResponseCode, CONTROLLER_NOT_LEADER 2007...); any other is ``unknown``, its number
+    said beside it (the response-code table's own column, said_code), never the bare number for a
+    name (a table whose name column repeats the code reads as one with nothing known in it)."""
+    for codes in (ResponseCode, ControllerResponseCode):
+        try:
+            return codes(code).name
+        except ValueError:
+            continue
+    return UNKNOWN_CODE
+
+
+def said_code(code: int) -> str:
+    """'TOPIC_NOT_EXIST (17)', or '2099 (unknown)' for a code no enum the report reads names."""
+    name = response_name(code)
+    return f"{code} ({name})" if name == UNKNOWN_CODE else f"{name} ({code})"
+
+
 def _is_topic_not_exist(name: str, response: int) -> bool:
     return name == code_name(RequestCode.GET_ROUTEINFO_BY_TOPIC) and response == ResponseCode.TOPIC_NOT_EXIST
 
@@ -1198,10 +1222,10 @@ def _unpaired_error_answers(groups: Groups) -> Iterable[Item]:
         if left > 0:
             by_code.setdefault(response, []).append((client, left, first, last))
     for response, rows in sorted(by_code.items()):
-        name, total = code_name(response, True), sum(left for _, left, _, _ in rows)
+        name, total = response_name(response), sum(left for _, left, _, _ in rows)
         clients = {client: left for client, left, _, _ in rows}
         listed = ", ".join(f"{client} ({left}x)" for client, left in sorted(clients.items(), key=lambda c: -c[1]))
-        yield _finding("unpaired_error_answer", INFO, f"{total:,} answer(s) {name} ({response}) paired with no "
+        yield _finding("unpaired_error_answer", INFO, f"{total:,} answer(s) {said_code(response)} paired with no "
                        f"request (not captured, or an opaque cut): which request and topic each answers is unknown; "
                        f"to {listed}", response_code=response,
                        response_name=name, count=total, requesters=clients,
@@ -1259,7 +1283,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                        f"(first {iso_time(times[0])})", **addr, count=len(times), times=[iso_time(t) for t in times])
     refused = [r for r in broker["refused"] if not r["crc_failure"]]  # CRC failures: said above
     if refused:
-        codes = Counter(code_name(r["response_code"], True) for r in refused)
+        codes = Counter(said_code(r["response_code"]) for r in refused)
         yield _finding("registration_refused", CRITICAL, f"{label}: {len(refused)} registration(s) refused "
                        f"({', '.join(f'{n}x {c}' for c, n in sorted(codes.items()))}; first "
                        f"{iso_time(refused[0]['t'])})", **addr, count=len(refused),

@@ -1184,3 +1184,37 @@ def test_error_answers_no_request_pairs_with_are_told() -> None:
     assert told["kind"] == "unpaired_error_answer" and told["severity"] == "info"
     assert told["count"] == 6 and told["requesters"] == {"10.0.0.7:1": 5, "10.0.0.8:2": 1}
     assert told["message"].startswith("6 answer(s) TOPIC_NOT_EXIST (17) paired with no request")
+
+
+def test_an_error_code_the_report_does_not_know_is_said_as_its_number_and_unknown() -> None:
+    """An answer's code that neither the NameServer's codes nor a controller's name (a newer
+    server's, a proxy's, a buggy client's) was shown as its bare number in the name column: said as
+    "unknown" beside its number, in the findings' words, the response-code table and the page; a
+    controller's code (CONTROLLER_NOT_LEADER, 2007) by its name."""
+    from spark_analysis.decode.schema import CALL_ROWS, FRAME_ROWS
+    from spark_analysis.output import summary as summary_module
+    NAMESRV = "10.0.0.9:9876"
+
+    def call(code: int, client: str = "10.0.0.8:2") -> dict:
+        return {"ts": 4.0, "client": client, "server": NAMESRV, "code": 100, "code_name": "PUT_KV_CONFIG",
+                "response_code": code, "response_remark": None, "topic": None}
+
+    answers = [{"ts": 5.0, "client": "10.0.0.7:1", "server": NAMESRV, "direction": "response", "code": 2099,
+                "flag": 1}] * 3
+    groups: dict = {}
+    findings_module.note_error_answers(groups, pa.array(answers, pa.struct(FRAME_ROWS)))
+    findings_module.note_calls(groups, pa.array([call(2099), call(2007)], pa.struct(CALL_ROWS)))
+    findings_module.calls_at(groups, {NAMESRV})
+    responses = findings_module.response_groups(groups)
+    said = {(f["kind"], f["response_code"]): f for f in findings_module.evidence([], groups, [], responses)}
+    unknown, controller = said[("response_code", 2099)], said[("response_code", 2007)]
+    assert unknown["response_name"] == "unknown" and "answered 2099 (unknown) 1x" in unknown["message"]
+    assert controller["response_name"] == "CONTROLLER_NOT_LEADER"
+    unpaired = said[("unpaired_error_answer", 2099)]
+    assert unpaired["response_name"] == "unknown"
+    assert unpaired["message"].startswith("3 answer(s) 2099 (unknown) paired with no request")
+    rows = summary_module._response_codes(responses)
+    assert {(row["response_code"], row["response_name"]) for row in rows} == {(2099, "unknown"),
+                                                                              (2007, "CONTROLLER_NOT_LEADER")}
+    page = report._response_codes([{**row, "requesters": {"10.0.0.8:2": 1}} for row in rows])
+    assert "<td>2,099</td><td>unknown</td>" in page
