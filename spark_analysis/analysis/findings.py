@@ -314,8 +314,8 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     ``routes_found``: when each topic's route was first served (note_routes_found)."""
     spoken = {server: protocol for _, server, protocol in groups.get(UNDECODABLE, {}) if protocol}
     unheard_clients = {server for server, side in groups.get(UNHEARD, {}) if side == "client"}
-    found: list[Item] = [*_step_findings(files), *_cut_findings(files, counts or {}, endpoints or [], spoken,
-                                                                  unheard_clients),
+    found: list[Item] = [*_step_findings(files, brokers),
+                         *_cut_findings(files, counts or {}, endpoints or [], spoken, unheard_clients),
                          *(others or [])]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
@@ -461,18 +461,37 @@ def _spoken(protocol: str | None) -> str:
     return f": {protocol} ({SPOKEN[protocol]})" if protocol else ""
 
 
-def _step_findings(files: list[Item]) -> Iterable[Item]:
+def _step_findings(files: list[Item], brokers: Sequence[Item] = ()) -> Iterable[Item]:
     """A capture file whose packet times step back, said first (the story across the step is out
-    of order, whatever the findings after it say): per file, how far, when and to when."""
+    of order, whatever the findings after it say): per file, how far, when and to when; how long
+    it ran as stamped and at least as the clock on the wall ran (its capture period says the
+    stamps' span: v5-pause-stepped's 219.2 s ran 309.2 s); and the broker stays stamped on both
+    sides of the step (``brokers``: first seen before the times stamped twice, last seen after
+    them), whose intervals (brokers.csv, measured between stamps in time order) mix the two
+    (v5-pause-stepped's broker-b, 30 s apart throughout: p50 19.5 s)."""
     for f in files:
         if f.get("clock_step_back_s"):
+            to, at = _seconds(f["clock_stepped_to"]), _seconds(f["clock_stepped_at"])
+            first, last = _seconds(f["first"]), _seconds(f["last"])
+            stamped = last - first
+            # the stamps after the step run from ``to`` to the last: the wall's time is at least both stretches
+            wall = (at - first) + (last - to) if last > at else stamped
+            across = sorted(broker_label(b) for b in brokers
+                            if b["first_seen"] is not None and b["last_seen"] is not None
+                            and b["first_seen"] < to and b["last_seen"] > at)
+            mixed = (f"; the intervals of {_plural(len(across), 'broker stay{s}')} stamped on both sides of it "
+                     f"(brokers.csv: interval_*, max_gap_s) are between stamps from before and after the step, "
+                     f"not the broker's: {_first(across)}" if across else "")
             yield _finding("clock_stepped_back", WARNING, f"{f['path']}: its packets' times step back "
                            f"{f['clock_step_back_s']:,.1f} s at {f['clock_stepped_at']} (to {f['clock_stepped_to']}): "
                            f"the clock that stamped them was stepped back (NTP, a VM restored from a snapshot), or "
                            f"files were joined out of order (mergecap -a); what was captured after the step is "
-                           f"placed before what came earlier, so the report's story across it is out of order",
+                           f"placed before what came earlier, so the report's story across it is out of order; "
+                           f"it ran {stamped:,.1f} s as stamped (its capture period), at least {wall:,.1f} s of "
+                           f"wall time{mixed}",
                            path=f["path"], seconds=f["clock_step_back_s"], at=f["clock_stepped_at"],
-                           to=f["clock_stepped_to"])
+                           to=f["clock_stepped_to"], stamped_seconds=stamped, wall_seconds_at_least=wall,
+                           brokers_across=across)
 
 
 def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],
