@@ -672,7 +672,8 @@ def overwritten_files(paths: Sequence[str], gaps: Collection[int] = (), kept_fro
 def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
                      sides: Mapping[tuple[str, str], str], nameservers: Collection[str],
                      brokers: Mapping[tuple[str, str], tuple[Any, ...]] | None = None,
-                     stories: Mapping[str, EndpointStory] | None = None) -> list[Item]:
+                     stories: Mapping[str, EndpointStory] | None = None,
+                     clients: Iterable[Item] = ()) -> list[Item]:
     """One info item per capture holding connections to a NameServer with no SYN where the capture
     first saw them (model/periods.ConnectionEnds.opened false), in its first file or a later one (a
     broker's connection silent through a short first file, tcpdump -G 10: v5-midsplit's broker-a at
@@ -686,8 +687,16 @@ def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tup
     first seen after its server was seen not running (refusing connections: not started yet, or
     gone) was opened since, its SYN not captured (a capture that dropped packets or was paused:
     v5-gaps' client at a NameServer that started after the capture did), so it is not counted. A
-    capture going on past files missing is no capture's start."""
+    capture going on past files missing is no capture's start.
+    Information, never in the headline: what the report judges is in the capture. Unless one of
+    those connections closed within it with no request of its captured and none registered over it
+    (``clients``: clients.csv's rows, the requests captured per client): who it was, a broker killed or a
+    client gone, the capture cannot tell, nor the report judge its end (v4-wrap's broker-b, killed
+    before a request of its was captured): then a warning that says so."""
     found = []
+    requests: Counter[tuple[str, str]] = Counter()
+    for row in clients:
+        requests[(row["client"], row["server"])] += row["requests"] or 0
     for capture in captures:
         if capture.after_missing is not None:
             continue
@@ -704,13 +713,21 @@ def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tup
         of_brokers = (f", {registered:,} of them brokers' (they registered over them: "
                       f"{_plural(len(identities), 'broker{s}')}{by_connection})" if registered else "")
         were = "was" if len(older) == 1 else "were"
+        unjudged = sorted(_other_end(key, sides[key]) for key, broker in zip(older, who, strict=True)
+                          if broker is None and not requests[(_other_end(key, sides[key]), sides[key])]
+                          and _closed_in(capture, ends, key))
+        unknown = (f"; {_plural(len(unjudged), 'connection{s}')} of them closed within the capture with no request "
+                   f"of {'its' if len(unjudged) == 1 else 'theirs'} captured ({_first(unjudged)}): who "
+                   f"{'it was' if len(unjudged) == 1 else 'they were'}, a broker killed or a client gone, and how "
+                   f"{'it' if len(unjudged) == 1 else 'each'} ended, the report cannot judge" if unjudged else "")
         found.append(_finding(
-            "began_mid_stream", INFO, f"{path}: the capture began mid-stream: {_plural(len(older), 'connection{s}')} "
-            f"to NameServer{'s' if len(servers) > 1 else ''} {', '.join(servers)} {were} already open (no SYN)"
-            f"{of_brokers}; what happened before {iso_time(capture.first)} is not shown: a broker's first_seen is "
-            f"the first time it was seen, not when it started", path=path, connections=len(older),
+            "began_mid_stream", WARNING if unjudged else INFO, f"{path}: the capture began mid-stream: "
+            f"{_plural(len(older), 'connection{s}')} to NameServer{'s' if len(servers) > 1 else ''} "
+            f"{', '.join(servers)} {were} already open (no SYN){of_brokers}; what happened before "
+            f"{iso_time(capture.first)} is not shown: a broker's first_seen is the first time it was seen, not "
+            f"when it started{unknown}", path=path, connections=len(older),
             broker_connections=registered, brokers=len(identities), brokers_by_connection=unnamed,
-            servers=servers, before=iso_time(capture.first)))
+            servers=servers, before=iso_time(capture.first), closed_unjudged=unjudged))
     return found
 
 
@@ -733,6 +750,13 @@ def _open_before(capture: Capture, ends: Mapping[str, Mapping[tuple[str, str], C
             if down is None or found_ends.first < down:
                 older.append(key)
     return sorted(older)
+
+
+def _closed_in(capture: Capture, ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
+               key: tuple[str, str]) -> bool:
+    """Whether a connection closed (a FIN or RST, by either end) within the capture's files."""
+    return any(found.closed or found.first_close is not None
+               for found in (ends.get(path, {}).get(key) for path in capture.paths) if found is not None)
 
 
 def _not_running_from(story: EndpointStory | None) -> float | None:

@@ -120,3 +120,29 @@ def test_the_real_captures_count_every_connection_open_before_them_and_none_open
     truth = json.loads((REAL / "v5-gaps" / "TRUTH.json").read_text())
     out = run_job(spark, [str(REAL / "v5-gaps" / f) for f in truth["files"]], tmp_path / "gaps", report=False)
     assert "began_mid_stream" not in {f["kind"] for f in out.summary["findings"]}
+
+
+def test_a_connection_open_before_the_capture_that_closed_with_nothing_captured_is_a_warning() -> None:
+    """Information only, never in the headline, while what the report judges is in the capture. v4-wrap:
+    broker-b's connection, open before the capture, closed by its kill before one request of it was
+    captured: who it was (a broker killed, a client gone) and how it ended the report cannot judge,
+    so the finding says so and is a warning. One with a request captured over it (a client's lookup),
+    or registered over, or still open at the end, leaves it information."""
+    nameserver = "127.0.0.1:9876"
+    def closed(at: float) -> ConnectionEnds:
+        return ConnectionEnds(FIRST, False, at, True, at)
+
+    ends = {"wrap.pcap0": {("127.0.0.1:40000", nameserver): _ends(opened=False),
+                           ("127.0.0.1:40001", nameserver): closed(FIRST + 5.0),
+                           ("127.0.0.1:40002", nameserver): closed(FIRST + 6.0)}}
+    sides = {key: key[1] for key in ends["wrap.pcap0"]}
+    registered = {("127.0.0.1:40000", nameserver): ("broker-a", "127.0.0.1:10911")}
+    clients = [{"client": "127.0.0.1:40002", "server": nameserver, "requests": 3}]
+    capture = Capture(FIRST, FIRST + 30.0, ("wrap.pcap0",))
+    [item] = began_mid_stream([capture], ends, sides, {nameserver}, registered, None, clients)
+    assert (item["severity"], item["connections"], item["closed_unjudged"]) == ("warning", 3, ["127.0.0.1:40001"])
+    assert "1 connection of them closed within the capture with no request of its captured (127.0.0.1:40001)" in \
+        item["message"]
+    clients.append({"client": "127.0.0.1:40001", "server": nameserver, "requests": 1})
+    [item] = began_mid_stream([capture], ends, sides, {nameserver}, registered, None, clients)
+    assert (item["severity"], item["closed_unjudged"]) == ("info", [])
