@@ -28,12 +28,14 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.decode.rows import is_cut_broker_addr
 from spark_analysis.model.capture_points import CapturePoints, SecondPoint
+from spark_analysis.model.endpoints import EndpointStory
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, ConnectionEnds, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
 from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add, merge_earliest
 from spark_analysis.model.translated import Translated
+from twisted_namesrv.controller.codes import ControllerResponseCode
 from twisted_namesrv.escapes import escaped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
@@ -312,8 +314,8 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     ``routes_found``: when each topic's route was first served (note_routes_found)."""
     spoken = {server: protocol for _, server, protocol in groups.get(UNDECODABLE, {}) if protocol}
     unheard_clients = {server for server, side in groups.get(UNHEARD, {}) if side == "client"}
-    found: list[Item] = [*_step_findings(files), *_cut_findings(files, counts or {}, endpoints or [], spoken,
-                                                                  unheard_clients),
+    found: list[Item] = [*_step_findings(files, brokers),
+                         *_cut_findings(files, counts or {}, endpoints or [], spoken, unheard_clients),
                          *(others or [])]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
@@ -355,14 +357,15 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   first=_iso(first), last=_iso(last)))
         elif _is_topic_not_exist(name, response):
             made = _made_after(routes_found or {}, topic, last)
-            found.append(_unknown_topic(client, topic, count, first, last, made))
+            registered = None if made is not None else _registered_after(explained, lookups, client, topic, last)
+            found.append(_unknown_topic(client, topic, count, first, last, made, registered))
     for (name, response, remark), entry in responses.items():
         if _said_elsewhere(name, response):
             continue
         requesters = entry["requesters"]
-        found.append(_finding("response_code", WARNING, f"{name} answered {code_name(response, True)} "
-                              f"({response}) {entry['count']}x: {remark!r}; by {', '.join(sorted(requesters))}",
-                              code_name=name, response_code=response, response_name=code_name(response, True),
+        found.append(_finding("response_code", WARNING, f"{name} answered {said_code(response)} "
+                              f"{entry['count']}x: {remark!r}; by {', '.join(sorted(requesters))}",
+                              code_name=name, response_code=response, response_name=response_name(response),
                               remark=remark, count=entry["count"], requesters=requesters, first=_iso(entry["first"]),
                               last=_iso(entry["last"])))
     found += _unpaired_error_answers(groups)
@@ -458,18 +461,37 @@ def _spoken(protocol: str | None) -> str:
     return f": {protocol} ({SPOKEN[protocol]})" if protocol else ""
 
 
-def _step_findings(files: list[Item]) -> Iterable[Item]:
+def _step_findings(files: list[Item], brokers: Sequence[Item] = ()) -> Iterable[Item]:
     """A capture file whose packet times step back, said first (the story across the step is out
-    of order, whatever the findings after it say): per file, how far, when and to when."""
+    of order, whatever the findings after it say): per file, how far, when and to when; how long
+    it ran as stamped and at least as the clock on the wall ran (its capture period says the
+    stamps' span: v5-pause-stepped's 219.2 s ran 309.2 s); and the broker stays stamped on both
+    sides of the step (``brokers``: first seen before the times stamped twice, last seen after
+    them), whose intervals (brokers.csv, measured between stamps in time order) mix the two
+    (v5-pause-stepped's broker-b, 30 s apart throughout: p50 19.5 s)."""
     for f in files:
         if f.get("clock_step_back_s"):
+            to, at = _seconds(f["clock_stepped_to"]), _seconds(f["clock_stepped_at"])
+            first, last = _seconds(f["first"]), _seconds(f["last"])
+            stamped = last - first
+            # the stamps after the step run from ``to`` to the last: the wall's time is at least both stretches
+            wall = (at - first) + (last - to) if last > at else stamped
+            across = sorted(broker_label(b) for b in brokers
+                            if b["first_seen"] is not None and b["last_seen"] is not None
+                            and b["first_seen"] < to and b["last_seen"] > at)
+            mixed = (f"; the intervals of {_plural(len(across), 'broker stay{s}')} stamped on both sides of it "
+                     f"(brokers.csv: interval_*, max_gap_s) are between stamps from before and after the step, "
+                     f"not the broker's: {_first(across)}" if across else "")
             yield _finding("clock_stepped_back", WARNING, f"{f['path']}: its packets' times step back "
                            f"{f['clock_step_back_s']:,.1f} s at {f['clock_stepped_at']} (to {f['clock_stepped_to']}): "
                            f"the clock that stamped them was stepped back (NTP, a VM restored from a snapshot), or "
                            f"files were joined out of order (mergecap -a); what was captured after the step is "
-                           f"placed before what came earlier, so the report's story across it is out of order",
+                           f"placed before what came earlier, so the report's story across it is out of order; "
+                           f"it ran {stamped:,.1f} s as stamped (its capture period), at least {wall:,.1f} s of "
+                           f"wall time{mixed}",
                            path=f["path"], seconds=f["clock_step_back_s"], at=f["clock_stepped_at"],
-                           to=f["clock_stepped_to"])
+                           to=f["clock_stepped_to"], stamped_seconds=stamped, wall_seconds_at_least=wall,
+                           brokers_across=across)
 
 
 def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],
@@ -649,22 +671,37 @@ def overwritten_files(paths: Sequence[str], gaps: Collection[int] = (), kept_fro
 
 def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
                      sides: Mapping[tuple[str, str], str], nameservers: Collection[str],
-                     brokers: Mapping[tuple[str, str], tuple[Any, ...]] | None = None) -> list[Item]:
-    """One info item per capture whose first file holds connections to a NameServer with no SYN
-    (model/periods.ConnectionEnds.opened false): they were open when the capture began, so what
-    was said over them before (a broker's first registrations, a client's first lookups) is not in
-    it, and a broker's first_seen is the first time the capture saw it, not when it came. Said first,
-    as files overwritten are. ``ends``: each file's (by name) connections; ``sides``: each one's
-    server end; ``brokers``: who registered over each (client, server) pair of ends (a broker's
-    identity: its name and address, the same broker at two NameServers once; one whose name a snap
-    length cut is counted by connection). A capture going on past files missing is no capture's start."""
+                     brokers: Mapping[tuple[str, str], tuple[Any, ...]] | None = None,
+                     stories: Mapping[str, EndpointStory] | None = None,
+                     clients: Iterable[Item] = ()) -> list[Item]:
+    """One info item per capture holding connections to a NameServer with no SYN where the capture
+    first saw them (model/periods.ConnectionEnds.opened false), in its first file or a later one (a
+    broker's connection silent through a short first file, tcpdump -G 10: v5-midsplit's broker-a at
+    :9877 is first heard in the third): they were open when the capture began, so what was said over
+    them before (a broker's first registrations, a client's first lookups) is not in it, and a
+    broker's first_seen is the first time the capture saw it, not when it came. Said first, as files
+    overwritten are. ``ends``: each file's (by name) connections; ``sides``: each one's server end;
+    ``brokers``: who registered over each (client, server) pair of ends (a broker's identity: its
+    name and address, the same broker at two NameServers once; one whose name a snap length cut is
+    counted by connection); ``stories``: the server endpoints' (model/endpoints.py). A connection
+    first seen after its server was seen not running (refusing connections: not started yet, or
+    gone) was opened since, its SYN not captured (a capture that dropped packets or was paused:
+    v5-gaps' client at a NameServer that started after the capture did), so it is not counted. A
+    capture going on past files missing is no capture's start.
+    Information, never in the headline: what the report judges is in the capture. Unless one of
+    those connections closed within it with no request of its captured and none registered over it
+    (``clients``: clients.csv's rows, the requests captured per client): who it was, a broker killed or a
+    client gone, the capture cannot tell, nor the report judge its end (v4-wrap's broker-b, killed
+    before a request of its was captured): then a warning that says so."""
     found = []
+    requests: Counter[tuple[str, str]] = Counter()
+    for row in clients:
+        requests[(row["client"], row["server"])] += row["requests"] or 0
     for capture in captures:
         if capture.after_missing is not None:
             continue
         path = capture.paths[0]
-        older = sorted(key for key, found_ends in ends.get(path, {}).items()
-                       if not found_ends.opened and sides.get(key) in nameservers)
+        older = _open_before(capture, ends, sides, nameservers, stories or {})
         if not older:
             continue
         servers = sorted({sides[key] for key in older})
@@ -676,14 +713,59 @@ def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tup
         of_brokers = (f", {registered:,} of them brokers' (they registered over them: "
                       f"{_plural(len(identities), 'broker{s}')}{by_connection})" if registered else "")
         were = "was" if len(older) == 1 else "were"
+        unjudged = sorted(_other_end(key, sides[key]) for key, broker in zip(older, who, strict=True)
+                          if broker is None and not requests[(_other_end(key, sides[key]), sides[key])]
+                          and _closed_in(capture, ends, key))
+        unknown = (f"; {_plural(len(unjudged), 'connection{s}')} of them closed within the capture with no request "
+                   f"of {'its' if len(unjudged) == 1 else 'theirs'} captured ({_first(unjudged)}): who "
+                   f"{'it was' if len(unjudged) == 1 else 'they were'}, a broker killed or a client gone, and how "
+                   f"{'it' if len(unjudged) == 1 else 'each'} ended, the report cannot judge" if unjudged else "")
         found.append(_finding(
-            "began_mid_stream", INFO, f"{path}: the capture began mid-stream: {_plural(len(older), 'connection{s}')} "
-            f"to NameServer{'s' if len(servers) > 1 else ''} {', '.join(servers)} {were} already open (no SYN)"
-            f"{of_brokers}; what happened before {iso_time(capture.first)} is not shown: a broker's first_seen is "
-            f"the first time it was seen, not when it started", path=path, connections=len(older),
+            "began_mid_stream", WARNING if unjudged else INFO, f"{path}: the capture began mid-stream: "
+            f"{_plural(len(older), 'connection{s}')} to NameServer{'s' if len(servers) > 1 else ''} "
+            f"{', '.join(servers)} {were} already open (no SYN){of_brokers}; what happened before "
+            f"{iso_time(capture.first)} is not shown: a broker's first_seen is the first time it was seen, not "
+            f"when it started{unknown}", path=path, connections=len(older),
             broker_connections=registered, brokers=len(identities), brokers_by_connection=unnamed,
-            servers=servers, before=iso_time(capture.first)))
+            servers=servers, before=iso_time(capture.first), closed_unjudged=unjudged))
     return found
+
+
+def _open_before(capture: Capture, ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
+                 sides: Mapping[tuple[str, str], str], nameservers: Collection[str],
+                 stories: Mapping[str, EndpointStory]) -> list[tuple[str, str]]:
+    """The connections to a NameServer a capture holds that were open when it began: no SYN in the
+    file it first saw them in, none first seen after their server was seen not running."""
+    seen: set[tuple[str, str]] = set()
+    older = []
+    for path in capture.paths:
+        for key, found_ends in ends.get(path, {}).items():
+            if key in seen:
+                continue
+            seen.add(key)
+            server = sides.get(key)
+            if found_ends.opened or server is None or server not in nameservers:
+                continue
+            down = _not_running_from(stories.get(server))
+            if down is None or found_ends.first < down:
+                older.append(key)
+    return sorted(older)
+
+
+def _closed_in(capture: Capture, ends: Mapping[str, Mapping[tuple[str, str], ConnectionEnds]],
+               key: tuple[str, str]) -> bool:
+    """Whether a connection closed (a FIN or RST, by either end) within the capture's files."""
+    return any(found.closed or found.first_close is not None
+               for found in (ends.get(path, {}).get(key) for path in capture.paths) if found is not None)
+
+
+def _not_running_from(story: EndpointStory | None) -> float | None:
+    """The first time a server's packets show it not running: an attempt it refused while nothing
+    listened (before it started, after it stopped) or its going away; None if they never do."""
+    if story is None:
+        return None
+    times = [first for _, first, _, _ in story.refused] + [outage.down for outage in story.outages]
+    return min(times, default=None)
 
 
 def _other_end(key: tuple[str, str], server: str) -> str:
@@ -1084,17 +1166,22 @@ _MESSAGES = {"heartbeat_near_expiry": _silences, "silence_not_captured": _silenc
              "response_code": _answers, "unanswered": _unanswered, "undecodable_connection": _undecodable}
 
 
-def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, made: Any) -> Item:
+def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, made: Any,
+                   registered: float | None = None) -> Item:
     """A user topic answered TOPIC_NOT_EXIST: a warning, unless its route was served after every such
-    answer (``made``): then it did not exist yet, the usual first send with autoCreateTopicEnable."""
+    answer (``made``), or a broker registered it with those NameServers after them (``registered``):
+    then it did not exist yet, the usual first send with autoCreateTopicEnable."""
     facts = {"topic": topic, "client": client, "count": count, "first": _iso(first), "last": _iso(last)}
-    if made is None:
+    if made is None and registered is None:
         named = NOT_CAPTURED.format("topic") if topic is None else repr(topic)
         return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {named}: "
                         f"TOPIC_NOT_EXIST", **facts)
+    since = (f"its route served from {_iso(made)}" if made is not None else
+             f"a broker's registration brought it to the NameServer at {_iso(registered)}")
     return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
-                    f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, its route served from {_iso(made)}): a topic "
-                    f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made), **facts)
+                    f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, {since}): a topic made on first use, e.g. by "
+                    f"the broker's autoCreateTopicEnable", found_from=_iso(made), registered_at=_iso(registered),
+                    **facts)
 
 
 def _group_topic_gone(client: Any, topic: Any, count: int, first: Any, last: Any, had: float) -> Item:
@@ -1113,6 +1200,46 @@ def _made_after(routes_found: dict[Any, float], topic: Any, last_unknown: Any) -
     before it: the topic did not exist yet. None if it was never served, or was unknown again after."""
     served = routes_found.get(topic)
     return served if served is not None and last_unknown <= served else None
+
+
+def _registered_after(explained: set[int], lookups: list[Item], client: Any, topic: Any,
+                      last_unknown: Any) -> float | None:
+    """When a broker first registered the topic with the NameServers whose TOPIC_NOT_EXIST to
+    ``client`` no other finding tells, where the replay saw each of them take it into its tables
+    after those answers (their cause ``made_later``: replay.judge_lookups): the latest of those
+    times, if after ``last_unknown``. A producer that sends by the default topic once its lookup
+    failed makes the topic at its broker (autoCreateTopicEnable), whose next registration carries
+    it, whether or not a lookup of it is captured since (v4-ops-late's TopicBusy: the producer was
+    done before its next lookup). None if any of those NameServers did not."""
+    causes = [lookup["cause"] for index, lookup in enumerate(lookups)
+              if lookup["client"] == client and lookup["topic"] == topic and index not in explained]
+    if not causes or any(cause is None or cause["kind"] != "made_later" for cause in causes):
+        return None
+    registered = max(_seconds(cause["t"]) for cause in causes)
+    return registered if last_unknown <= registered else None
+
+
+#: the name of a response code that neither the NameServer's nor a controller's codes hold
+UNKNOWN_CODE = "unknown"
+
+
+def response_name(code: int) -> str:
+    """A response code's Java name: the NameServer's (remoting ResponseCode) or a controller's
+    (ControllerResponseCode, CONTROLLER_NOT_LEADER 2007...); any other is ``unknown``, its number
+    said beside it (the response-code table's own column, said_code), never the bare number for a
+    name (a table whose name column repeats the code reads as one with nothing known in it)."""
+    for codes in (ResponseCode, ControllerResponseCode):
+        try:
+            return codes(code).name
+        except ValueError:
+            continue
+    return UNKNOWN_CODE
+
+
+def said_code(code: int) -> str:
+    """'TOPIC_NOT_EXIST (17)', or '2099 (unknown)' for a code no enum the report reads names."""
+    name = response_name(code)
+    return f"{code} ({name})" if name == UNKNOWN_CODE else f"{name} ({code})"
 
 
 def _is_topic_not_exist(name: str, response: int) -> bool:
@@ -1138,10 +1265,10 @@ def _unpaired_error_answers(groups: Groups) -> Iterable[Item]:
         if left > 0:
             by_code.setdefault(response, []).append((client, left, first, last))
     for response, rows in sorted(by_code.items()):
-        name, total = code_name(response, True), sum(left for _, left, _, _ in rows)
+        name, total = response_name(response), sum(left for _, left, _, _ in rows)
         clients = {client: left for client, left, _, _ in rows}
         listed = ", ".join(f"{client} ({left}x)" for client, left in sorted(clients.items(), key=lambda c: -c[1]))
-        yield _finding("unpaired_error_answer", INFO, f"{total:,} answer(s) {name} ({response}) paired with no "
+        yield _finding("unpaired_error_answer", INFO, f"{total:,} answer(s) {said_code(response)} paired with no "
                        f"request (not captured, or an opaque cut): which request and topic each answers is unknown; "
                        f"to {listed}", response_code=response,
                        response_name=name, count=total, requesters=clients,
@@ -1199,7 +1326,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                        f"(first {iso_time(times[0])})", **addr, count=len(times), times=[iso_time(t) for t in times])
     refused = [r for r in broker["refused"] if not r["crc_failure"]]  # CRC failures: said above
     if refused:
-        codes = Counter(code_name(r["response_code"], True) for r in refused)
+        codes = Counter(said_code(r["response_code"]) for r in refused)
         yield _finding("registration_refused", CRITICAL, f"{label}: {len(refused)} registration(s) refused "
                        f"({', '.join(f'{n}x {c}' for c, n in sorted(codes.items()))}; first "
                        f"{iso_time(refused[0]['t'])})", **addr, count=len(refused),
@@ -1478,6 +1605,8 @@ def _tie_lookups(found: list[Item], lookups: list[Item]) -> set[int]:
     told: set[int] = set()
     for index, lookup in enumerate(lookups):
         cause = lookup["cause"]
+        if cause is not None and cause["kind"] == "made_later":
+            continue  # not a route gone: the topic made later (topic_made_on_first_use says it)
         target = None if cause is None else next((item for item in found if _tells(item, cause, lookup)), None)
         if target is None:
             continue

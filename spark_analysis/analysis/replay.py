@@ -53,8 +53,10 @@ from twisted_namesrv.steps import run_steps
 ALIVE, UNREGISTERED, CLOSED, EXPIRED, SERVER_STOPPED, REFUSED = (
     "alive", "unregistered", "connection_closed", "expired", "server_stopped", "refused")
 #: why a route was gone when a lookup found none (Lookup.cause's ``kind``): a broker's stay ended
-#: (how: ``end``), the topic was deleted, the server came back without it after a restart
-DEPARTED, DELETED, RESTARTED = "departed", "deleted", "restarted"
+#: (how: ``end``), the topic was deleted, the server came back without it after a restart; or that
+#: it was not made yet: a broker registered it later in the session (a producer's send made it, the
+#: broker's autoCreateTopicEnable, after its lookup failed)
+DEPARTED, DELETED, RESTARTED, MADE_LATER = "departed", "deleted", "restarted", "made_later"
 _HEARTBEATS = (RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
 #: the server's idle handler fires on the last byte, the replay counts from the last heartbeat:
 #: a close by the server this close to the idle time is that close
@@ -286,8 +288,11 @@ def judge_lookups(server: str, asked: list[dict[str, Any]], routes: list[Session
     the idle closes and scans due by then (each at its own time). A lookup with no cause of its own
     is tied to the restart its session came back from when an earlier session held the topic: the
     server came back empty and had no route for it yet (the cause carries when its route came back,
-    if it did). Lookups change nothing in the tables, so they are judged after the replay, here or
-    on the driver, from the same routes; one per topic, client and cause, in order of first."""
+    if it did); else, where the session's tables first held the topic after its last failed lookup,
+    to that (MADE_LATER: a topic made on first use, its broker's registration carrying it after the
+    producer's lookup failed, whether or not a later lookup of it was captured). Lookups change
+    nothing in the tables, so they are judged after the replay, here or on the driver, from the
+    same routes; one per topic, client and cause, in order of first."""
     by_start = {found.start: found for found in routes}
     judged: list[Lookup] = []
     for start, first, after in sessions.runs_of(server, [event["t"] for event in asked]):
@@ -312,6 +317,9 @@ def judge_lookups(server: str, asked: list[dict[str, Any]], routes: list[Session
             topic = lookup.topic or ""
             if lookup.cause is None and restart is not None and topic in held_before:
                 lookup.cause = (RESTARTED, (restart, None if found is None else found.first_held.get(topic)))
+            made = None if found is None else found.first_held.get(topic)
+            if lookup.cause is None and made is not None and made > lookup.last:
+                lookup.cause = (MADE_LATER, made)
         judged += failed.values()
     return judged
 
@@ -721,6 +729,8 @@ def lookup_stories(lookups: list[Lookup], server: str) -> list[dict[str, Any]]:
                 outage, came = what
                 story["cause"] = {"kind": RESTARTED, "t": iso_time(outage.down), "up": iso_time(outage.up),
                                   "route_back": None if came is None else iso_time(came)}
+            elif kind == MADE_LATER:
+                story["cause"] = {"kind": MADE_LATER, "t": iso_time(what)}
         told.append(story)
     return told
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from spark_analysis.analysis.findings import SLOW_MS, Groups, attention, evidence, response_groups
+from spark_analysis.analysis.findings import SLOW_MS, Groups, attention, evidence, response_groups, response_name
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.decode.schema import BROKER_COLUMNS
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
-from twisted_namesrv.remoting.codes import code_name
 
 SCHEMA_VERSION = 2
 
@@ -71,7 +70,7 @@ def _code_row(stats: CodeStats) -> dict:
 def _response_codes(responses: dict[tuple, dict]) -> list[dict]:
     """The response-code table (of response_groups): every non-zero answer by request code,
     response code and remark."""
-    return [{"code_name": name, "response_code": response, "response_name": code_name(response, True),
+    return [{"code_name": name, "response_code": response, "response_name": response_name(response),
              "remark": remark, "count": entry["count"], "requesters": entry["requesters"]}
             for (name, response, remark), entry in responses.items()]
 

@@ -295,7 +295,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     found_endpoints = endpoint_rows(endpoints, nameservers, tally.served, controller_codes)
     began = findings.began_mid_stream(captures, by_path, sides, nameservers,
                                       {(client, b["server"]): (b["broker_name"], b["broker_addr"])
-                                       for b in liveness.brokers for client in b["clients"]})
+                                       for b in liveness.brokers for client in b["clients"]}, endpoints, talkers)
     findings.calls_at(tally.groups, {row["endpoint"] for row in found_endpoints
                                      if row["kind"] in ("nameserver", "controller")})
     controller = controller_story(tally.groups, [e["endpoint"] for e in found_endpoints if e["kind"] == "controller"],

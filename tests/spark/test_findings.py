@@ -578,6 +578,38 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
     assert findings_module.attention(said)["attention"].startswith("1 warning: 2 unknown topics")
 
 
+def test_a_topic_a_broker_registered_after_its_lookups_failed_is_information() -> None:
+    """A producer's lookups answered TOPIC_NOT_EXIST, then it sent by the default topic and its
+    broker made the topic and registered it (the replay's cause ``made_later``), the producer done
+    before a lookup of it was served (v4-ops-late's TopicBusy): made on first use, not unknown. At
+    two NameServers, the later of their registrations; where one of them never held it, a warning."""
+    def lookup(t: float, client: str, topic: str) -> tuple:
+        return (t, "c", client, 105, "GET_ROUTEINFO_BY_TOPIC", int(t * 10), 17, 1.0, False, topic, None,
+                "s:9876", None, False, "in.pcap", "s:9876@x")
+
+    rows = [lookup(1.0, "10.0.0.7:1", "Busy"), lookup(1.1, "10.0.0.7:1", "Busy"), lookup(2.0, "10.0.0.8:1", "Half")]
+    groups: findings_module.Groups = {}
+    findings_module.note_calls(groups, pa.array(rows, type=tables.row_type(CALL)))
+    findings_module.calls_at(groups, {"s:9876"})
+
+    def failed(server: str, client: str, topic: str, count: int, first: float, last: float,
+               made: float | None) -> dict:
+        return {"kind": "lookup_failed", "server": server, "topic": topic, "client": client, "count": count,
+                "first": findings_module._iso(first), "last": findings_module._iso(last),
+                "cause": None if made is None else {"kind": "made_later", "t": findings_module._iso(made)}}
+
+    stories = [failed("s:9876", "10.0.0.7:1", "Busy", 1, 1.0, 1.0, 1.3),
+               failed("s:9877", "10.0.0.7:1", "Busy", 1, 1.1, 1.1, 1.4),
+               failed("s:9876", "10.0.0.8:1", "Half", 1, 2.0, 2.0, 2.5),
+               failed("s:9877", "10.0.0.8:1", "Half", 0, 2.0, 2.0, None)]
+    said = findings_module.evidence([], groups, [], findings_module.response_groups(groups), stories=stories)
+    assert sorted((f["kind"], f["severity"], f["topic"]) for f in said) == [
+        ("topic_made_on_first_use", "info", "Busy"), ("topic_not_exist", "warning", "Half")]
+    busy = next(f for f in said if f["topic"] == "Busy")
+    assert (busy["count"], busy["found_from"], busy["registered_at"]) == (2, None, findings_module._iso(1.4))
+    assert findings_module.attention(said)["attention"] == "1 warning: 1 unknown topic"
+
+
 def test_a_retry_topic_unknown_after_its_client_had_its_route_is_a_warning() -> None:
     """A consumer's lookups of its group's retry topic answered TOPIC_NOT_EXIST before the topic
     exists are start-up (information). Once that client was served the route, a TOPIC_NOT_EXIST is
@@ -1152,3 +1184,37 @@ def test_error_answers_no_request_pairs_with_are_told() -> None:
     assert told["kind"] == "unpaired_error_answer" and told["severity"] == "info"
     assert told["count"] == 6 and told["requesters"] == {"10.0.0.7:1": 5, "10.0.0.8:2": 1}
     assert told["message"].startswith("6 answer(s) TOPIC_NOT_EXIST (17) paired with no request")
+
+
+def test_an_error_code_the_report_does_not_know_is_said_as_its_number_and_unknown() -> None:
+    """An answer's code that neither the NameServer's codes nor a controller's name (a newer
+    server's, a proxy's, a buggy client's) was shown as its bare number in the name column: said as
+    "unknown" beside its number, in the findings' words, the response-code table and the page; a
+    controller's code (CONTROLLER_NOT_LEADER, 2007) by its name."""
+    from spark_analysis.decode.schema import CALL_ROWS, FRAME_ROWS
+    from spark_analysis.output import summary as summary_module
+    NAMESRV = "10.0.0.9:9876"
+
+    def call(code: int, client: str = "10.0.0.8:2") -> dict:
+        return {"ts": 4.0, "client": client, "server": NAMESRV, "code": 100, "code_name": "PUT_KV_CONFIG",
+                "response_code": code, "response_remark": None, "topic": None}
+
+    answers = [{"ts": 5.0, "client": "10.0.0.7:1", "server": NAMESRV, "direction": "response", "code": 2099,
+                "flag": 1}] * 3
+    groups: dict = {}
+    findings_module.note_error_answers(groups, pa.array(answers, pa.struct(FRAME_ROWS)))
+    findings_module.note_calls(groups, pa.array([call(2099), call(2007)], pa.struct(CALL_ROWS)))
+    findings_module.calls_at(groups, {NAMESRV})
+    responses = findings_module.response_groups(groups)
+    said = {(f["kind"], f["response_code"]): f for f in findings_module.evidence([], groups, [], responses)}
+    unknown, controller = said[("response_code", 2099)], said[("response_code", 2007)]
+    assert unknown["response_name"] == "unknown" and "answered 2099 (unknown) 1x" in unknown["message"]
+    assert controller["response_name"] == "CONTROLLER_NOT_LEADER"
+    unpaired = said[("unpaired_error_answer", 2099)]
+    assert unpaired["response_name"] == "unknown"
+    assert unpaired["message"].startswith("3 answer(s) 2099 (unknown) paired with no request")
+    rows = summary_module._response_codes(responses)
+    assert {(row["response_code"], row["response_name"]) for row in rows} == {(2099, "unknown"),
+                                                                              (2007, "CONTROLLER_NOT_LEADER")}
+    page = report._response_codes([{**row, "requesters": {"10.0.0.8:2": 1}} for row in rows])
+    assert "<td>2,099</td><td>unknown</td>" in page

@@ -66,3 +66,32 @@ def test_a_step_back_is_a_warning_said_with_the_file_and_when(tmp_path: Path) ->
     untouched.write_bytes(gzip.decompress(REAL.read_bytes()))
     rows = findings.input_files([CaptureFile(str(untouched), untouched.stat().st_size, 0)], read(untouched, 1 << 30))
     assert rows[0]["clock_step_back_s"] is None
+
+
+def test_a_step_back_says_how_long_the_capture_ran_and_whose_intervals_mix_its_two_sides(tmp_path: Path) -> None:
+    """v5-pause-stepped (v5-pause's packets from 14:17:40 stamped 90 s earlier): its capture period
+    says the stamps' span, 219.2 s, where v5-pause's ran 309.2 s; the finding says both the stamped
+    length and the wall time it ran at least (the stretches before and after the step: 304.1 s).
+    broker-b, registering every 30 s across the step, has its registrations stamped twice over
+    (0.005 s apart), so its brokers.csv intervals (p50 19.5 s) are between stamps of both sides:
+    named. broker-a's stays, each on one side, are not."""
+    import lzma
+    real = REAL.parents[1] / "v5-pause-stepped" / "v5-pause-stepped.pcap.xz"
+    path = tmp_path / "v5-pause-stepped.pcap"
+    path.write_bytes(lzma.decompress(real.read_bytes()))
+    rows = findings.input_files([CaptureFile(str(path), path.stat().st_size, 0)], read(path, 1 << 30))
+
+    def stay(name: str, first: str, last: str) -> dict:
+        return {"cluster": "DefaultCluster", "broker_name": name, "broker_id": 0, "role": "MASTER",
+                "broker_addr": f"127.0.0.1:{11911 if name == 'broker-a' else 11931}",
+                "first_seen": findings._seconds(f"2026-11-30T{first}Z"),
+                "last_seen": findings._seconds(f"2026-11-30T{last}Z")}
+
+    stays = [stay("broker-a", "14:15:31.139466", "14:16:06.548444"),
+             stay("broker-a", "14:17:33.091956", "14:18:25.139572"),
+             stay("broker-b", "14:15:56.965971", "14:18:37.700543")]
+    (found,) = findings._step_findings(rows, stays)
+    assert found["stamped_seconds"] == pytest.approx(219.213, abs=1e-3)  # 14:15:13.332 to 14:18:52.544
+    assert found["wall_seconds_at_least"] == pytest.approx(143.803 + 160.293, abs=1e-3)
+    assert found["brokers_across"] == ["DefaultCluster / broker-b / 0 (MASTER) / 127.0.0.1:11931"]
+    assert "it ran 219.2 s as stamped (its capture period), at least 304.1 s of wall time" in found["message"]
