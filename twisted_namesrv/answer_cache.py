@@ -495,8 +495,7 @@ class AnswerCache:
         broker's table costs 20 bytes, not its size (``key``: worked out already, in steps, for a
         big one).  The channel's answer kept before goes (a frame not read so, or an answer past
         MAX_RENEWAL_ANSWER: nothing is kept)."""
-        kept = self.renewals.pop(channel, None)
-        if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
+        if not self._renewal_room(channel, encoded):
             return
         if isinstance(key, Unread):
             key = _renewal_key(frame)
@@ -506,9 +505,8 @@ class AnswerCache:
         if (key is None or frame[key.at:key.at + key.digits] != digits or split < _OPAQUE_AT
                 or encoded[split + len(digits):split + len(digits) + 1] not in (b",", b"}")):
             return  # not as renewal_from_memory reads it: decoded every time
-        head, rest = self._pieces(encoded[8:split]), self._pieces(encoded[split + len(digits):])
-        crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
-        self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length - len(digits), crc)
+        self._keep_renewal_pieces(channel, frame, key, renewal, encoded[8:split], encoded[split + len(digits):],
+                                  header_length - len(digits))
 
     def keep_first_renewal(self, frame: bytes, channel: Channel, opaque: int, version: int,
                            renewal: Renewable) -> bytes:
@@ -520,16 +518,32 @@ class AnswerCache:
         digits = b"%d" % opaque
         header_length = len(head) + len(digits) + len(rest)
         encoded = b"".join((_PREFIX.pack(4 + header_length, header_length), head, digits, rest))
-        kept = self.renewals.pop(channel, None)
-        if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
+        if not self._renewal_room(channel, encoded):
             return encoded
         key = _renewal_key(frame)
         if key is None or frame[key.at:key.at + key.digits] != digits:
             return encoded  # not as renewal_from_memory reads it: decoded every time
+        self._keep_renewal_pieces(channel, frame, key, renewal, head, rest, header_length - len(digits))
+        return encoded
+
+    def _renewal_room(self, channel: Channel, encoded: bytes) -> bool:
+        """Let ``channel``'s kept registration answer go, and say whether ``encoded`` may be kept in
+        its place: anything is kept, it is within MAX_RENEWAL_ANSWER, and the channel had one or
+        fewer than MAX_REPLIES connections keep one (the gate of both ways in: ``keep_renewal``,
+        ``keep_first_renewal``)."""
+        kept = self.renewals.pop(channel, None)
+        return (self.keep and len(encoded) <= MAX_RENEWAL_ANSWER
+                and (kept is not None or len(self.renewals) < MAX_REPLIES))
+
+    def _keep_renewal_pieces(self, channel: Channel, frame: bytes, key: RenewalKey, renewal: Renewable,
+                             head: bytes, rest: bytes, header_length: int) -> None:
+        """Keep the answer ``head`` + opaque digits + ``rest`` (``header_length`` its header's length
+        but the digits) for ``channel``'s registration ``frame`` read as ``key``: its pieces shared
+        (``_pieces``), and its bodyCrc32 kept when the same bytes send the same one and the frame is
+        big enough for a changed table to be worth telling before hashing (KeptRenewal.crc)."""
         crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
         self.renewals[channel] = KeptRenewal(key.digest, renewal, self._pieces(head), self._pieces(rest),
-                                             header_length - len(digits), crc)
-        return encoded
+                                             header_length, crc)
 
     def _master_pieces(self, version: int) -> tuple[bytes, bytes]:
         """A master's registration answer's header around its opaque's digits (``keep_first_renewal``)."""
