@@ -181,7 +181,8 @@ class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
     #: a big request's bodyCrc32 when the same bytes send the same one (``RenewalKey.same_crc``):
     #: another CRC tells a changed registration before its bytes are hashed; None otherwise
     crc: int | None = None
-    #: where the request's key was read (``RenewalKey.shape``): the next of its length is read there
+    #: where the request's key was read (``RenewalKey.shape``): the next of its length is read there;
+    #: shared, as the answer's pieces, by the brokers whose frames are laid out alike
     shape: bytes = b""
 
 
@@ -534,7 +535,7 @@ class AnswerCache:
         key = _renewal_key(frame)
         if key is None or frame[key.at:key.at + key.digits] != digits:
             return encoded  # not as renewal_from_memory reads it: decoded every time
-        self._keep_renewal_pieces(channel, frame, key, renewal, head, rest, header_length - len(digits))
+        self._keep_renewal_pieces(channel, frame, key, renewal, head, rest, header_length - len(digits), shared=True)
         return encoded
 
     def _renewal_room(self, channel: Channel, encoded: bytes) -> bool:
@@ -547,14 +548,18 @@ class AnswerCache:
                 and (kept is not None or len(self.renewals) < MAX_REPLIES))
 
     def _keep_renewal_pieces(self, channel: Channel, frame: bytes, key: RenewalKey, renewal: Renewable,
-                             head: bytes, rest: bytes, header_length: int) -> None:
+                             head: bytes, rest: bytes, header_length: int, shared: bool = False) -> None:
         """Keep the answer ``head`` + opaque digits + ``rest`` (``header_length`` its header's length
-        but the digits) for ``channel``'s registration ``frame`` read as ``key``: its pieces shared
-        (``_pieces``), and its bodyCrc32 kept when the same bytes send the same one and the frame is
-        big enough for a changed table to be worth telling before hashing (KeptRenewal.crc)."""
+        but the digits) for ``channel``'s registration ``frame`` read as ``key``: its pieces and its
+        key's shape shared (``_pieces``; ``shared``: the pieces are one object each already, a
+        master's, ``_master_pieces``), and its bodyCrc32 kept when the same bytes send the same one
+        and the frame is big enough for a changed table to be worth telling before hashing
+        (KeptRenewal.crc)."""
         crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
-        self.renewals[channel] = KeptRenewal(key.digest, renewal, self._pieces(head), self._pieces(rest),
-                                             header_length, crc, key.shape)
+        if not shared:
+            head, rest = self._pieces(head), self._pieces(rest)
+        self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length, crc,
+                                             self._pieces(key.shape))
 
     def _master_pieces(self, version: int) -> tuple[bytes, bytes]:
         """A master's registration answer's header around its opaque's digits (``keep_first_renewal``)."""
@@ -591,7 +596,7 @@ class AnswerCache:
             del self.renewals[channel]
             return None
         if key.shape != kept.shape:  # (its opaque a digit longer: the next ones are read where it was)
-            self.renewals[channel] = msgspec.structs.replace(kept, shape=key.shape)
+            self.renewals[channel] = msgspec.structs.replace(kept, shape=self._pieces(key.shape))
         digits = frame[key.at:key.at + key.digits]
         header_length = kept.header_length + len(digits)
         return b"".join((_PREFIX.pack(4 + len(kept.head) + len(digits) + len(kept.rest),
