@@ -686,3 +686,38 @@ def test_the_kept_route_bodies_are_bounded_in_bytes(tmp_path, monkeypatch, compa
     both("T0", 409, opaque)
     both("T0", 409, opaque + 1)
     assert not answers.routes and held_by_routes(answers) == 0  # bigger than the bound: never kept
+
+
+@pytest.mark.parametrize("mapped", [False, True], ids=["4.9.8", "5.x"])
+def test_a_frame_read_where_the_last_one_was_keys_as_read_through(mapped):
+    """``renewal_key_steps`` with the kept frame's shape (a heartbeat of its length, read where its
+    spans were) against reading it through, for every frame one byte away from the kept one (each
+    byte made a digit, a quote, a comma, a brace or a letter): the shaped reading gives the kept
+    key only when reading through gives it too, at the same spans; and whenever reading through
+    finds the same spans and the same digest, so does the shaped reading.  A frame's spans are its
+    opaque, its bodyCrc32 and a 5.x body's mappingDataVersion."""
+    from twisted_namesrv.answer_cache import _renewal_key
+    from twisted_namesrv.remoting.crc import crc32_masked
+
+    body = RegisterBrokerBody(DataVersion(1700000000000, 1), {"A": TopicConfig("A", 8, 8, 6)})
+    if mapped:
+        body.mappingDataVersion = DataVersion(1700000000123, 7)
+    encoded = encode_register_body(body, False, mapped)
+    ext = {"brokerName": "g", "brokerAddr": "127.0.0.1:10911", "clusterName": "c", "haServerAddr": "h",
+           "brokerId": "0", "bodyCrc32": str(crc32_masked(encoded))}
+    frame = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, encoded, opaque=4321, version=409).encode()[4:]
+    kept = _renewal_key(frame)
+    assert kept is not None and kept.same_crc is not mapped
+    renewed = 0
+    for at in range(4, len(frame)):
+        for byte in b'07", }x':
+            changed = frame[:at] + bytes([byte]) + frame[at + 1:]
+            shaped, through = _renewal_key(changed, None, kept.shape), _renewal_key(changed)
+            shaped_same = shaped is not None and shaped.digest == kept.digest
+            through_same = through is not None and through.digest == kept.digest and through.shape == kept.shape
+            assert shaped_same == through_same, (at, bytes([byte]), changed)
+            if shaped_same:
+                assert (shaped.at, shaped.digits, shaped.crc, shaped.body) == (through.at, through.digits, through.crc,
+                                                                             through.body)
+                renewed += 1
+    assert renewed > 0  # (the spans' own digits, changed: the same registration)

@@ -551,3 +551,72 @@ def test_a_registrations_digest_tells_its_fields_apart_whatever_they_hold():
     others = [digest(ext), digest(lone), digest({**ext, "brokerName": "b\\ud800"}), digest({**ext, "zoneName": None}),
               digest(ext, version=410), digest(ext, revision=1), digest(lone, version=410), digest(lone, revision=1)]
     assert len(set(others)) == len(others)
+
+
+#: the lines of the server's code a small heartbeat's renewal from memory runs, read to answered
+#: (``AnswerCache.renewal_from_memory`` through the connection's read), by the broker's generation:
+#: its key read where the broker's last one was, its CRC checked, the broker renewed, the answer
+#: spliced (195 and 213 while every heartbeat's key was looked for through its bytes: its opaque,
+#: its bodyCrc32, its body's stamp)
+RENEWAL_LINES = {"4.9.8": 171, "5.3.3": 192}
+
+
+@pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
+def test_a_heartbeat_of_the_same_length_is_read_where_the_last_one_was(tmp_path, monkeypatch, compat):
+    """A broker's heartbeat as long as its last registration (the common case: its opaque as many
+    digits) is read where that one was (``RenewalKey.shape``): its keys not looked for again, its body
+    not looked into for a 5.x stamp it did not have, and the lines it runs are counted.  A 5.x body's
+    new stamp is read again (it is the one span whose reading looks into it).  One whose opaque has
+    a digit more is read through, as before, and renewed all the same."""
+    from tests.support import server_lines_run
+
+    server = Server(tmp_path, True, compatVersion=compat)
+    connection = server.connect()
+    mapped = compat == "5.3.3"
+
+    def frame(opaque: int, stamp: int = 0, crc_digits: int = 10) -> bytes:
+        """The broker's registration; a 5.x one stamped ``stamp`` or the first stamp after it whose
+        body's CRC has ``crc_digits`` digits (a 5.x frame's length moves with them: 47% of CRCs,
+        those under 10^9 of 2^31, have fewer than ten)."""
+        while True:
+            body = body_of(["A", "B"], mapped_at=1_700_000_000_000 + stamp if mapped else None)
+            if not mapped or len(str(crc32_masked(body))) == crc_digits:
+                break
+            stamp += 1
+        ext = {"brokerName": "g", "brokerAddr": "127.0.0.1:10911", "clusterName": "c", "haServerAddr": "h",
+               "brokerId": "0", "bodyCrc32": str(crc32_masked(body))}
+        return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque, version=409).encode()
+    first = server.send(connection, frame(100))
+    looked: list[str] = []
+    digits, span = answer_cache._DIGITS, answer_cache.mapping_version_span
+
+    class Digits:
+        @staticmethod
+        def match(*args: Any) -> Any:
+            looked.append("opaque")
+            return digits.match(*args)
+
+    def mapping(body: Any) -> Any:
+        looked.append("stamp")
+        return span(body)
+    monkeypatch.setattr(answer_cache, "_DIGITS", Digits)
+    monkeypatch.setattr(answer_cache, "mapping_version_span", mapping)
+    handled = handled_registrations(monkeypatch)
+    assert server.send(connection, frame(101, 1000)) == first.replace(b'"opaque":100,', b'"opaque":101,')
+    assert looked == (["stamp"] if mapped else [])
+    looked.clear()
+    again = frame(102, 2000)
+    lines = server_lines_run(lambda: server.send(connection, again))
+    assert looked == (["stamp"] if mapped else []) and handled == []
+    assert lines <= RENEWAL_LINES[compat], lines
+    kept = RemotingCommand.decode(first[4:])
+    for opaque, stamp in ((1000, 3000), (1001, 4000)):  # a digit more: read through, its shape kept for the next
+        looked.clear()
+        answer = RemotingCommand.decode(server.send(connection, frame(opaque, stamp))[4:])
+        assert (answer.code, answer.opaque, answer.ext, answer.body) == (0, opaque, kept.ext, kept.body)
+        assert handled == [] and looked == (["opaque", "stamp"] if opaque == 1000 else ["stamp"] if mapped else [])
+    if mapped:  # a digit more in the opaque, one fewer in the CRC: as long, its spans moved, it goes the usual way
+        answer = RemotingCommand.decode(server.send(connection, frame(10_000, 5000, crc_digits=9))[4:])
+        assert (answer.code, answer.opaque, answer.ext, answer.body) == (0, 10_000, kept.ext, kept.body)
+        assert handled == [10_000]
+

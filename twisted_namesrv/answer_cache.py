@@ -13,7 +13,8 @@ less often.  Four levels:
   when the request's bytes alone decide its answer (not when the ACL checks lookups by peer);
 - a broker's answer to the registration last applied in full (or renewed) on its connection,
   kept around the opaque with the SHA-1 of the request's bytes but its opaque, bodyCrc32 and 5.x
-  mappingDataVersion stamp: the same registration again (a heartbeat), its CRC checked, renews the
+  mappingDataVersion stamp, and where those lie (a frame of its length is read there, not looked
+  through): the same registration again (a heartbeat), its CRC checked, renews the
   broker by RouteInfoManager.renew's rule and is answered without decoding
   (``renewal_from_memory``), as long as the answer shows what it showed.  As for a lookup answered
   from memory, the dispatcher's observers do not hear it.
@@ -180,6 +181,9 @@ class KeptRenewal(msgspec.Struct, frozen=True, gc=False):
     #: a big request's bodyCrc32 when the same bytes send the same one (``RenewalKey.same_crc``):
     #: another CRC tells a changed registration before its bytes are hashed; None otherwise
     crc: int | None = None
+    #: where the request's key was read (``RenewalKey.shape``): the next of its length is read there;
+    #: shared, as the answer's pieces, by the brokers whose frames are laid out alike
+    shape: bytes = b""
 
 
 class Unread:
@@ -199,6 +203,8 @@ class RenewalKey(msgspec.Struct, frozen=True, gc=False):
     digest: bytes  #: SHA-1 of the rest
     #: no 5.x mappingDataVersion stamp in its body: the same registration sends the same bodyCrc32
     same_crc: bool = False
+    #: where it was read (``_SHAPE``): a heartbeat of the same length is read there, not looked through
+    shape: bytes = b""
 
 
 _PREFIX = struct.Struct(">iI")
@@ -207,6 +213,12 @@ _OPAQUE_AT = len(OPAQUE_KEY)
 _CRC_KEY = b'"bodyCrc32":"'
 _DIGITS = re.compile(rb"\d+")
 _MAX_INT32 = b"2147483647"
+#: a registration frame's shape as its key was read (``RenewalKey.shape``, 32 bytes): its length, where
+#: its header ends, and the start and end of its opaque's digits, of its bodyCrc32's (none: an empty
+#: span at the header's end) and of its body's 5.x mappingDataVersion (none: one at the frame's end)
+_SHAPE = struct.Struct(">8i")
+#: what ``renewal_key_steps`` hashes first: the header's bytes hashed, and the stretches' lengths
+_LAYOUT = struct.Struct(">5i")
 
 #: pipelined lookups in one read from which they are spliced as one block (_splice_block)
 BLOCK_FROM = 4
@@ -495,8 +507,7 @@ class AnswerCache:
         broker's table costs 20 bytes, not its size (``key``: worked out already, in steps, for a
         big one).  The channel's answer kept before goes (a frame not read so, or an answer past
         MAX_RENEWAL_ANSWER: nothing is kept)."""
-        kept = self.renewals.pop(channel, None)
-        if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
+        if not self._renewal_room(channel, encoded):
             return
         if isinstance(key, Unread):
             key = _renewal_key(frame)
@@ -506,9 +517,8 @@ class AnswerCache:
         if (key is None or frame[key.at:key.at + key.digits] != digits or split < _OPAQUE_AT
                 or encoded[split + len(digits):split + len(digits) + 1] not in (b",", b"}")):
             return  # not as renewal_from_memory reads it: decoded every time
-        head, rest = self._pieces(encoded[8:split]), self._pieces(encoded[split + len(digits):])
-        crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
-        self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length - len(digits), crc)
+        self._keep_renewal_pieces(channel, frame, key, renewal, encoded[8:split], encoded[split + len(digits):],
+                                  header_length - len(digits))
 
     def keep_first_renewal(self, frame: bytes, channel: Channel, opaque: int, version: int,
                            renewal: Renewable) -> bytes:
@@ -520,16 +530,36 @@ class AnswerCache:
         digits = b"%d" % opaque
         header_length = len(head) + len(digits) + len(rest)
         encoded = b"".join((_PREFIX.pack(4 + header_length, header_length), head, digits, rest))
-        kept = self.renewals.pop(channel, None)
-        if not self.keep or len(encoded) > MAX_RENEWAL_ANSWER or kept is None and len(self.renewals) >= MAX_REPLIES:
+        if not self._renewal_room(channel, encoded):
             return encoded
         key = _renewal_key(frame)
         if key is None or frame[key.at:key.at + key.digits] != digits:
             return encoded  # not as renewal_from_memory reads it: decoded every time
-        crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
-        self.renewals[channel] = KeptRenewal(key.digest, renewal, self._pieces(head), self._pieces(rest),
-                                             header_length - len(digits), crc)
+        self._keep_renewal_pieces(channel, frame, key, renewal, head, rest, header_length - len(digits), shared=True)
         return encoded
+
+    def _renewal_room(self, channel: Channel, encoded: bytes) -> bool:
+        """Let ``channel``'s kept registration answer go, and say whether ``encoded`` may be kept in
+        its place: anything is kept, it is within MAX_RENEWAL_ANSWER, and the channel had one or
+        fewer than MAX_REPLIES connections keep one (the gate of both ways in: ``keep_renewal``,
+        ``keep_first_renewal``)."""
+        kept = self.renewals.pop(channel, None)
+        return (self.keep and len(encoded) <= MAX_RENEWAL_ANSWER
+                and (kept is not None or len(self.renewals) < MAX_REPLIES))
+
+    def _keep_renewal_pieces(self, channel: Channel, frame: bytes, key: RenewalKey, renewal: Renewable,
+                             head: bytes, rest: bytes, header_length: int, shared: bool = False) -> None:
+        """Keep the answer ``head`` + opaque digits + ``rest`` (``header_length`` its header's length
+        but the digits) for ``channel``'s registration ``frame`` read as ``key``: its pieces and its
+        key's shape shared (``_pieces``; ``shared``: the pieces are one object each already, a
+        master's, ``_master_pieces``), and its bodyCrc32 kept when the same bytes send the same one
+        and the frame is big enough for a changed table to be worth telling before hashing
+        (KeptRenewal.crc)."""
+        crc = key.crc if key.same_crc and key.crc and len(frame) >= STEP_BYTES else None
+        if not shared:
+            head, rest = self._pieces(head), self._pieces(rest)
+        self.renewals[channel] = KeptRenewal(key.digest, renewal, head, rest, header_length, crc,
+                                             self._pieces(key.shape))
 
     def _master_pieces(self, version: int) -> tuple[bytes, bytes]:
         """A master's registration answer's header around its opaque's digits (``keep_first_renewal``)."""
@@ -555,7 +585,7 @@ class AnswerCache:
         kept = self.renewals.get(channel)
         if kept is None:
             return None
-        key = yield from renewal_key_steps(frame, kept.crc)
+        key = yield from renewal_key_steps(frame, kept.crc, kept.shape)
         if key is None or key.digest != kept.digest:
             return None
         if key.crc and (yield from crc32_masked_steps(memoryview(frame)[key.body:], STEP_BYTES)) != key.crc:
@@ -565,6 +595,8 @@ class AnswerCache:
         if not self._routes.renew_again(kept.renewal, channel):
             del self.renewals[channel]
             return None
+        if key.shape != kept.shape:  # (its opaque a digit longer: the next ones are read where it was)
+            self.renewals[channel] = msgspec.structs.replace(kept, shape=self._pieces(key.shape))
         digits = frame[key.at:key.at + key.digits]
         header_length = kept.header_length + len(digits)
         return b"".join((_PREFIX.pack(4 + len(kept.head) + len(digits) + len(kept.rest),
@@ -684,55 +716,81 @@ def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int,
     return len(block) == record * n and _splice_records(block, record, n, at, length, prefix, rest, out)
 
 
-def _renewal_key(frame: bytes, crc_kept: int | None = None) -> RenewalKey | None:
+def _renewal_key(frame: bytes, crc_kept: int | None = None, shape: bytes = b"") -> RenewalKey | None:
     """``renewal_key_steps`` at once."""
-    return run_steps(renewal_key_steps(frame, crc_kept))
+    return run_steps(renewal_key_steps(frame, crc_kept, shape))
 
 
-def renewal_key_steps(frame: bytes, crc_kept: int | None = None) -> Steps[RenewalKey | None]:
+def renewal_key_steps(frame: bytes, crc_kept: int | None = None, shape: bytes = b"") -> Steps[RenewalKey | None]:
     """A plain JSON registration frame (its length prefix stripped) read for what tells it from
     its broker's last one: the SHA-1 of its bytes but three values, each found by its key, that
     differ between two registrations the routes apply alike: the opaque (every request's own),
     bodyCrc32 (checked against the body instead) and a 5.x body's mappingDataVersion (a new
-    timestamp in every one, read by nobody: bodies/register.py's mapping_version_span); each
-    stretch's length is hashed with it.  None when it cannot be read so (not JSON, a key twice,
-    digits Java would read otherwise): it is then decoded; None too, before any hashing, when its
-    body has no mappingDataVersion and its bodyCrc32 is not ``crc_kept`` (a big registration's
-    kept one: KeptRenewal.crc), so a changed table of megabytes is not hashed in vain.  A step
-    hashes STEP_BYTES (about 0.25 ms of SHA-1)."""
-    end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
-    if frame[0] != SerializeType.JSON or end > len(frame):
-        return None
-    at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
-    digits = _DIGITS.match(frame, at, end) if at >= _OPAQUE_AT else None
-    if digits is None or frame.find(OPAQUE_KEY, at, end) >= 0 or not _valid_digits(digits.group()):
-        return None
-    skipped = [(at, digits.end())]
-    crc = 0
-    at_crc = frame.find(_CRC_KEY, 4, end) + len(_CRC_KEY)
-    if at_crc >= len(_CRC_KEY):
-        close = frame.find(b'"', at_crc, end)
-        if close < 0 or frame.find(_CRC_KEY, close, end) >= 0 or not _valid_digits(frame[at_crc:close]):
+    timestamp in every one, read by nobody: bodies/register.py's mapping_version_span); the
+    stretches' lengths, and the header's bytes hashed, are hashed first.  None when it cannot be
+    read so (not JSON, a key twice, digits Java would read otherwise): it is then decoded; None
+    too, before any hashing, when its body has no mappingDataVersion and its bodyCrc32 is not
+    ``crc_kept`` (a big registration's kept one: KeptRenewal.crc), so a changed table of megabytes
+    is not hashed in vain.  A step hashes STEP_BYTES (about 0.25 ms of SHA-1).
+
+    ``shape``: where the broker's last one was read (``RenewalKey.shape``).  A frame of its length
+    (a heartbeat's opaque has as many digits as the last one's, but once in a power of ten) is read
+    there, not looked through: its opaque's, bodyCrc32's and stamp's spans where they were, each
+    checked as the reading through checks it.  Its digest is the last one's only when every byte
+    but theirs is the same, and then the reading through finds each there again: neither key looked
+    for in the header can take in a byte of a span of digits (``"opaque":`` has no digit;
+    ``"bodyCrc32":"``'s are preceded by what precedes no span), and the body's stamp, the one span
+    whose reading looks into it, is read again.  A frame of that length whose spans moved gets
+    another digest: the usual way answers it."""
+    if shape and len(frame) == _SHAPE.unpack_from(shape)[0]:
+        size, end, at, stop, crc_at, crc_stop, mapping_at, mapping_stop = _SHAPE.unpack(shape)
+        if 4 + _LENGTH.unpack_from(frame)[0] != end or not _valid_digits(frame[at:stop]):
             return None
-        crc = int(frame[at_crc:close])
-        skipped.append((at_crc, close))
-    view = memoryview(frame)
-    mapping = mapping_version_span(view[end:])
-    if mapping is not None:
-        skipped.append((end + mapping[0], end + mapping[1]))
-    elif crc_kept is not None and crc != crc_kept:
+        crc = 0
+        if crc_stop > crc_at:
+            sent = frame[crc_at:crc_stop]
+            if not _valid_digits(sent):
+                return None
+            crc = int(sent)
+        if mapping_stop > mapping_at and (mapping_version_span(memoryview(frame)[end:])
+                                          != (mapping_at - end, mapping_stop - end)):
+            return None
+    else:
+        size = len(frame)
+        end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
+        if frame[0] != SerializeType.JSON or end > size:
+            return None
+        at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
+        digits = _DIGITS.match(frame, at, end) if at >= _OPAQUE_AT else None
+        if digits is None or frame.find(OPAQUE_KEY, at, end) >= 0 or not _valid_digits(digits.group()):
+            return None
+        stop, crc, crc_at, crc_stop = digits.end(), 0, end, end  # (no bodyCrc32: an empty span at the header's end)
+        at_crc = frame.find(_CRC_KEY, 4, end) + len(_CRC_KEY)
+        if at_crc >= len(_CRC_KEY):
+            close = frame.find(b'"', at_crc, end)
+            if close < 0 or frame.find(_CRC_KEY, close, end) >= 0 or not _valid_digits(frame[at_crc:close]):
+                return None
+            crc, crc_at, crc_stop = int(frame[at_crc:close]), at_crc, close
+        mapping = mapping_version_span(memoryview(frame)[end:])
+        mapping_at, mapping_stop = (size, size) if mapping is None else (end + mapping[0], end + mapping[1])
+        shape = _SHAPE.pack(size, end, at, stop, crc_at, crc_stop, mapping_at, mapping_stop)
+    if mapping_stop == mapping_at and crc_kept is not None and crc != crc_kept:
         return None
+    (first, first_end), (second, second_end) = (((at, stop), (crc_at, crc_stop)) if at < crc_at
+                                                 else ((crc_at, crc_stop), (at, stop)))
+    view = memoryview(frame)
+    stretches = (view[4:first], view[first_end:second], view[second_end:mapping_at], view[mapping_stop:size])
     digest = hashlib.sha1()
-    start = 4  # (the header's length: the stretches' lengths say it)
-    for first, last in [*sorted(skipped), (len(frame), 0)]:
-        if first < len(frame):
-            digest.update(b"%d " % (first - start))
-        if first - start <= STEP_BYTES:
-            digest.update(view[start:first])  # (a heartbeat's: no step, no generator)
-        else:
-            yield from _hashed_steps(digest, view[start:first])
-        start = last
-    return RenewalKey(skipped[0][0], skipped[0][1] - skipped[0][0], crc, end, digest.digest(), mapping is None)
+    digest.update(_LAYOUT.pack(end - 4 - (stop - at) - (crc_stop - crc_at), *map(len, stretches)))
+    if size <= STEP_BYTES:  # a heartbeat's: its stretches joined, one update, no step
+        digest.update(b"".join(stretches))
+    else:
+        for stretch in stretches:
+            if len(stretch) <= STEP_BYTES:
+                digest.update(stretch)
+            else:
+                yield from _hashed_steps(digest, stretch)
+    return RenewalKey(at, stop - at, crc, end, digest.digest(), mapping_stop == mapping_at, shape)
 
 
 def _hashed_steps(digest: Any, data: memoryview) -> Steps[None]:
