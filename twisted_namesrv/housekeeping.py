@@ -9,7 +9,7 @@ from __future__ import annotations
 from twisted.internet import interfaces
 from twisted.logger import Logger, LogLevel
 
-from .logs import emit_made
+from .logs import emit_fields, emit_made
 from .server import RemotingFactory
 from .state.routes import RouteInfoManager
 from .timers import ClockedTimerService
@@ -36,7 +36,8 @@ def log_route_event(kind: str, info: dict) -> None:
     # registration, and formatting it through a format string was a tenth of a 5,000-broker
     # registration's CPU (logs.py writes such a message as it is); the fields stay the event's,
     # for JSON lines
-    emit_made(log, LogLevel.info, f"broker {kind}: {details}", details=details, route_event=kind, route_info=info)
+    emit_fields(log, LogLevel.info, f"broker {kind}: {details}",
+                {"details": details, "route_event": kind, "route_info": info})
 
 
 def log_flapping(level: str, text: str, fields: dict) -> None:

@@ -44,10 +44,11 @@ class TopologyFileError(DocumentError):
     """A topology file this server did not write (or a damaged one): the message says what is wrong."""
 
 
-class Member(msgspec.Struct):
+class Member(msgspec.Struct, array_like=True):
     """One broker id of a group as last registered: its address and when it was first seen there.
     Like KnownGroup, a msgspec Struct: made in C (a dataclass's generated ``__init__`` ran a line
-    of Python a field, at each new member's registration)."""
+    of Python a field, at each new member's registration); encoded as the file lists it,
+    ``[broker_id, addr, since]`` (``encode_group``)."""
 
     broker_id: int
     addr: str
@@ -223,17 +224,29 @@ class Topology:
 
 
 # -- the file -------------------------------------------------------------------------------------
+class _Entry(msgspec.Struct):
+    """A group's entry in the file, its keys in the file's order: made in C and encoded by msgspec
+    as it is (its members as their arrays: ``Member``), no dict of it built first."""
+
+    cluster: str
+    broker: str
+    since: float
+    left: float | None
+    how: str | None
+    members: list[Member]
+    up: list[int]
+
+
 def encode_group(g: KnownGroup) -> str:
     """One group's entry in the file (JSON, UTF-8), made at every registration that names a new
     member (5,000 at the curve's largest step): msgspec's, a tenth of json.dumps's CPU (a twentieth
     of the registration's); a name with a lone surrogate, which UTF-8 cannot carry, as json.dumps
     escapes it."""
-    entry = {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
-             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
+    entry = _Entry(g.cluster, g.broker, g.since, g.left, g.how, list(g.members.values()), sorted(g.up))
     try:
         return _ENCODER.encode(entry).decode()
     except UnicodeEncodeError:
-        return json.dumps(entry, separators=(",", ":"))
+        return json.dumps(msgspec.to_builtins(entry), separators=(",", ":"))
 
 
 _ENCODER = msgspec.json.Encoder()
