@@ -3,7 +3,7 @@ on that host: the brokers beside it reach it as 127.0.0.1:9877, an operator's bo
 scanAvailableNameSrv probe as 10.38.1.1:9877. The whole cluster stopped cleanly and started again: at
 127.0.0.1:9877 its launch script's refused polls tell the restart, at 10.38.1.1:9877 nothing was open
 and nothing refused. The report told 127.0.0.1:9877 restarted and 10.38.1.1:9877 up throughout (its
-clients' sessions one across the restart)."""
+clients' sessions one across the restart): the corpus's v5-coldstart, whose truth has both restarted."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from collections import Counter
 from spark_analysis.analysis import findings
 from spark_analysis.model.endpoints import Outage, endpoint_stories, own_addresses
 from spark_analysis.model.periods import ConnectionEnds
+from tests.spark.test_truth import _told, truth_of
+from tests.spark.truth_check import judge
 
 LOOP, HOST = "127.0.0.1:9877", "10.38.1.1:9877"
 #: the brokers' connections, closed by them (clean stops) before the NameServer went
@@ -65,3 +67,18 @@ def test_one_restart_of_one_listener_is_one_finding_naming_its_addresses() -> No
     assert [(f["server"], f.get("also_as")) for f in said] == [(LOOP, [HOST])]
     assert f"also reached as {HOST}" in said[0]["message"]
 
+
+def test_the_checker_takes_one_restart_naming_its_addresses_for_each() -> None:
+    """v5-coldstart's truth: 127.0.0.1:9877 and 10.38.1.1:9877 both restarted (one server). One finding
+    for 127.0.0.1:9877 naming 10.38.1.1:9877 in ``also_as`` tells both; without it one is missed."""
+    truth = truth_of("v5-coldstart")
+    summary = _told(truth)
+    restarts = [f for f in summary["findings"] if f["kind"] == "server_restart"]
+    at_host = next(f for f in restarts if f["evidence"][0]["server"] == HOST)
+    at_loop = next(f for f in restarts if f["evidence"][0]["server"] == LOOP)
+    summary["findings"].remove(at_host)
+    assert judge(truth, summary) == [f"missed: {HOST} restarted (down {run['down']}, up {back['up']})"
+                                     for ns in truth["nameservers"] if ns["endpoint"] == HOST
+                                     for run, back in [ns["runs"]]]
+    at_loop["evidence"][0]["also_as"] = [HOST]
+    assert judge(truth, summary) == []
