@@ -277,6 +277,13 @@ ARGS: dict[str, list[str]] = {
                          "(and the operator's box tried it once)", "--note", COLD, ports="9876,9877",
                          logs=("namesrv.log", "namesrv-9877.log"), why=f"{LAUNCH}; while the cluster is down the "
                          "brokers are down too"),
+    "v5-anylo": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--why", "10.38.1.1:9876=the "
+                     "NameServer's own scanAvailableNameSrv (default on) connects to <first non-loopback "
+                     "address>:9876 every 3 s; it listens on 127.0.0.1 only", "--note", "dumpcap -i any -i lo (two "
+                     "interfaces that overlap: every packet on the loopback captured twice, once as Linux cooked v1 "
+                     "on any, once as Ethernet on lo, in one pcapng): each connection, registration, lookup and "
+                     "refused attempt counted once; namesrv.log leaves out its scanAvailableNameSrv client's lines "
+                     "about its refused probe of 10.38.1.1:9876"),
     # no NameServer at all: no server's log, the steps file and the packets are the witnesses
     "http9876": ["none", "9876", "--served-log", "http.log", "--note", "No RocketMQ: python3 -m http.server 9876 "
                  "--bind 127.0.0.1 on the NameServer's port, asked GET / 20 times, one connection each (steps); "
