@@ -1445,7 +1445,9 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
                      "accepted": story.accepted, "empty": story.empty, "first_accepted": _iso(story.first_accepted),
                      "requests": sum(n for (server, _), n in served.items() if server == endpoint),
                      "outages": [{"down": iso_time(o.down), "up": _iso(o.up), "closed": o.closed,
-                                  "refused": o.refused, "unseen": o.unseen} for o in story.outages],
+                                  "refused": o.refused, "unseen": o.unseen,
+                                  # only where another address of the same listener told it: the rest as they were
+                                  **({"seen_as": o.seen_as} if o.seen_as else {})} for o in story.outages],
                      "refused": [{"count": n, "first": iso_time(a), "last": iso_time(b), "when": when}
                                  for n, a, b, when in story.refused]})
         if story.turned_away:  # only where there were: every other capture's summary as it was
@@ -1454,9 +1456,28 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
     return rows
 
 
+def _one_listener_told(endpoints: list[Item]) -> tuple[set[tuple[str, str]], dict[tuple[str, str], list[str]]]:
+    """Of the outages a listener's other addresses share (model/endpoints._one_listener): the
+    (endpoint, down) that are told with the endpoint whose packets told them (a NameServer), and for
+    each told one the other NameServer addresses it holds for (``also_as``): one restart of one server
+    is one finding, not one per address."""
+    nameservers = {row["endpoint"] for row in endpoints if row["kind"] == "nameserver"}
+    shared: set[tuple[str, str]] = set()
+    also: dict[tuple[str, str], list[str]] = {}
+    for row in endpoints:
+        for outage in row["outages"]:
+            origin = outage.get("seen_as")
+            if row["endpoint"] in nameservers and origin is not None:
+                if origin in nameservers:
+                    shared.add((row["endpoint"], outage["down"]))
+                    also.setdefault((origin, outage["down"]), []).append(row["endpoint"])
+    return shared, also
+
+
 def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[Item]:
     """Restarts and stops of NameServers, attempts refused while nothing listened, and servers asked
     only what no NameServer serves (a broker's port captured too: its calls are not judged)."""
+    shared, also_as = _one_listener_told(endpoints)
     for row in endpoints:
         endpoint = row["endpoint"]
         if row["kind"] == "other":
@@ -1466,10 +1487,16 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                            requests=row["requests"])
         if row["kind"] == "nameserver":
             for outage in row["outages"]:
+                if (endpoint, outage["down"]) in shared:
+                    continue  # told with the address whose packets told it
+                also = also_as.get((endpoint, outage["down"]), [])
+                named = (f"NameServer {endpoint} (also reached as {', '.join(also)}: the same port on another of "
+                         f"this host's addresses, one listener)" if also else f"NameServer {endpoint}")
+                more = {"also_as": also} if also else {}
                 if outage["up"] is None:
-                    yield _finding("server_stopped", WARNING, f"NameServer {endpoint} stopped at {outage['down']}: it "
+                    yield _finding("server_stopped", WARNING, f"{named} stopped at {outage['down']}: it "
                                    f"closed its {outage['closed']} connection(s) and took none again",
-                                   server=endpoint, t=outage["down"], closed=outage["closed"])
+                                   server=endpoint, t=outage["down"], closed=outage["closed"], **more)
                     continue
                 down_s = seconds_between(outage["down"], outage["up"])
                 back = sorted({b["broker_addr"] for b in brokers if b["server"] == endpoint
@@ -1479,11 +1506,14 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                         f"attempt), down at least {down_s:,.1f} s" if outage.get("unseen") else
                         f"went away at {outage['down']} (closed {outage['closed']} connection(s)), "
                         f"down {down_s:,.1f} s")
-                yield _finding("server_restart", WARNING, f"NameServer {endpoint} restarted: {went}, "
+                if outage.get("seen_as"):  # its own packets held nothing of it: the other address's did
+                    went = (f"not listening by {outage['down']} (told by the packets of {outage['seen_as']}, the "
+                            f"same listener on another of this host's addresses), down at least {down_s:,.1f} s")
+                yield _finding("server_restart", WARNING, f"{named} restarted: {went}, "
                                f"took connections again at {outage['up']}; {outage['refused']} attempt(s) refused "
                                f"meanwhile; {len(back)} broker(s) registered again: {', '.join(back) or 'none'}",
                                server=endpoint, t=outage["down"], up=outage["up"], down_s=round(down_s, 3),
-                               refused_while_down=outage["refused"], came_back=back)
+                               refused_while_down=outage["refused"], came_back=back, **more)
         count = sum(r["count"] for r in row["refused"])
         if count:
             whens = ", ".join(f"{r['count']} {r['when'].replace('_', ' ')}" for r in row["refused"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import ipaddress
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -72,6 +73,9 @@ class Outage:
     refused: int = 0  # attempts refused while it was down
     #: no connection was open as it went: ``down`` is its first refused attempt, the first sign of it
     unseen: bool = False
+    #: told by the packets of another endpoint, the same listener under another of this host's
+    #: addresses (_one_listener): that endpoint; None: by this endpoint's own
+    seen_as: str | None = None
 
 
 @dataclass
@@ -146,16 +150,96 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
             story.turned_away[key[1] if server == key[0] else key[0]] = found.first_close
         busy = None if refusal else found.last_payload
         established.setdefault(server, []).append(_Connection(first, found.last, found.first_close, by_server, busy))
+    connected = {server: sorted(established.get(server, []), key=lambda c: c.first) for server in stories}
+    attempted = {server: sorted(refused.get(server, [])) for server in stories}
     for server, story in stories.items():
-        connections = sorted(established.get(server, []), key=lambda c: c.first)
-        attempts = sorted(refused.get(server, []))
+        connections, attempts = connected[server], attempted[server]
         story.outages = _outages(connections)
         story.outages = sorted(story.outages + _unseen_outages(connections, attempts, story.outages),
                                key=lambda o: o.down)
-        _place_refused(story, attempts, bool(connections))
+    _one_listener(stories, own_addresses(ends), connected, attempted)
+    for server, story in stories.items():
+        _place_refused(story, attempted[server], bool(connected[server]))
         # a close as the server went away (stopped with a request unanswered) is its going, not a refusal
         story.turned_away = {client: t for client, t in story.turned_away.items() if story.went_away(t) is None}
     return stories
+
+
+def own_addresses(ends: Ends) -> set[str]:
+    """The capture host's own addresses, as the packets prove them: its loopback addresses, and any
+    address a connection joins to itself (the 5.x NameServer's scanAvailableNameSrv connects from
+    its first non-loopback address to that address, its own; so does any client of this host
+    using the host's address)."""
+    own: set[str] = set()
+    for lower, higher in ends:
+        hosts = (_host(lower), _host(higher))
+        own.update(host for host in hosts if _loopback(host))
+        if hosts[0] == hosts[1]:
+            own.add(hosts[0])
+    return own
+
+
+def _one_listener(stories: dict[str, EndpointStory], own: set[str], connected: Mapping[str, list[_Connection]],
+                  attempted: Mapping[str, list[tuple[float, int]]]) -> None:
+    """A server listening on all addresses (Java's bindAddress 0.0.0.0, as it ships) is reached at
+    each address of its host: 127.0.0.1:9877 by the brokers beside it, 10.38.1.1:9877 by an
+    operator's box and by its own probe, one listener. A capture on that host holds both, and where
+    the server went away with nothing open at one of them, only the other's packets tell it. So each
+    outage of an endpoint is given to the others of its port on this host's own addresses (``own``)
+    that accepted connections too, marked ``seen_as``, where nothing of theirs says otherwise: none
+    of their connections goes on through it, and no attempt was refused at one while the other took
+    connections (the same port on two addresses with two listeners, or one bound to one address
+    only: 127.0.0.1:9876 up while 10.38.1.1:9876 refuses). Two hosts' endpoints are never one:
+    another host's address is not this host's own."""
+    by_port: dict[str, list[str]] = {}
+    for endpoint in sorted(stories):
+        if _host(endpoint) in own and connected.get(endpoint):
+            by_port.setdefault(endpoint.rpartition(":")[2], []).append(endpoint)
+    for endpoints in by_port.values():
+        if len(endpoints) < 2 or not _alike(endpoints, connected, attempted):
+            continue
+        told = {endpoint: list(stories[endpoint].outages) for endpoint in endpoints}
+        for endpoint in endpoints:
+            for other in endpoints:
+                if other == endpoint:
+                    continue
+                for outage in told[other]:
+                    if outage.seen_as is None and _fits_outage(outage, stories[endpoint], connected[endpoint]):
+                        stories[endpoint].outages.append(Outage(outage.down, outage.up, 0, unseen=True,
+                                                                seen_as=other))
+            stories[endpoint].outages.sort(key=lambda o: o.down)
+
+
+def _alike(endpoints: list[str], connected: Mapping[str, list[_Connection]],
+           attempted: Mapping[str, list[tuple[float, int]]]) -> bool:
+    """Whether no attempt was refused at one of ``endpoints`` while another one's connection went on."""
+    spans = _Spans([(c.first, c.last) for endpoint in endpoints for c in connected[endpoint]], closed=True)
+    for endpoint in endpoints:
+        others = _Spans([(c.first, c.last) for other in endpoints if other != endpoint for c in connected[other]],
+                        closed=True)
+        if any(others.hold(t) for t, _count in attempted.get(endpoint, [])):
+            return False
+    return bool(spans.starts)
+
+
+def _fits_outage(outage: Outage, story: EndpointStory, connections: list[_Connection]) -> bool:
+    """Whether another address's outage can be this endpoint's: none of its own tells it already
+    (one overlapping), no connection of it goes on through the outage, and it took none after a stop."""
+    end = float("inf") if outage.up is None else outage.up
+    if any(own.down < end and outage.down < (float("inf") if own.up is None else own.up) for own in story.outages):
+        return False
+    return not any(c.first < end and c.last > outage.down for c in connections)
+
+
+def _host(endpoint: str) -> str:
+    return endpoint.rpartition(":")[0].strip("[]")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def turned_away(found: ConnectionEnds, server_is_lower: bool) -> bool:

@@ -211,12 +211,19 @@ def _field(item: dict, name: str) -> Any:
     return item.get(name)
 
 
+def _is(item: dict, name: str, value: Any) -> bool:
+    """Whether the item's field is ``value``; an endpoint also where the item tells the same listener under
+    other addresses of its host (``also_as``: one restart of a server reached at 127.0.0.1:9877 and at
+    10.38.1.1:9877 is one finding naming both)."""
+    return _field(item, name) == value or (name == "endpoint" and value in (item.get("also_as") or ()))
+
+
 def _fits(event: Event, item: dict, cls: str, tolerance: float, timed: bool = True) -> bool:
     if cls != event.cls and cls not in event.also:
         return False
-    if event.where is not None and _endpoint(item) not in (None, event.where):
+    if event.where is not None and _endpoint(item) is not None and not _is(item, "endpoint", event.where):
         return False
-    if cls == event.cls and any(_field(item, k) != v for k, v in event.match.items()):
+    if cls == event.cls and not all(_is(item, k, v) for k, v in event.match.items()):
         return False
     if cls != event.cls and cls == "failover" and item.get("broker_addr") not in (None, event.match.get("broker_addr")):
         return False

@@ -37,6 +37,17 @@ OPS = ("RocketMQ 5.3.3, two NameServers (:9876, :9877) and broker-a, broker-a-s,
        "on the namespace's loopback, each folder one of them")
 
 
+COLD = ("RocketMQ 5.3.3, two NameServers: 127.0.0.1:9876 (the rig's bind) and :9877 listening on all addresses "
+        "(bindAddress=0.0.0.0, as Java ships), so reached as 127.0.0.1:9877 by the brokers and the proxy and as "
+        "10.38.1.1:9877 by an operator's box on the veth (10.38.1.2) and by its own scanAvailableNameSrv probe: one "
+        "server, two endpoints in the packets; broker-a and broker-b registered with both; the 5.3.3 proxy (cluster "
+        "mode) in front of both for the Python gRPC client; the whole cluster stopped cleanly (the proxy, broker-a, "
+        "broker-b, then :9877, then :9876, SIGTERM: no broker's connection open as each NameServer went) and "
+        "started again. dumpcap -i lo -i v0 -b duration:30: a pcapng ring of ten 30 s files, each with two "
+        "interfaces, gzipped afterwards. namesrv.log leaves out its scanAvailableNameSrv client's lines about "
+        "10.38.1.1:9876 (a refused probe every 3 s: 690 lines)")
+
+
 def _ops(capture: str) -> list[str]:
     """v5-ops, v5-opsrot and v5-opsng: one run captured three ways at once (they share steps and logs)."""
     return _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop$", "--stopped", "127.0.0.1:9877=namesrv-9877 stop",
@@ -257,6 +268,22 @@ ARGS: dict[str, list[str]] = {
                     "goes a minute without a packet) while bursts of UDP datagrams to port 9999 filled its buffer: "
                     "the brokers' requests in the pauses were dropped, more than 120 s of a connection's bytes "
                     "(silences: missed); the NameServer's log has no expiry"),
+    "v5-coldstart": _one("5.3.3", "--restart", "127.0.0.1:9876=namesrv stop$", r"namesrv start \(again\)", "--restart",
+                         "127.0.0.1:9877=namesrv-9877 stop$", r"namesrv-9877 start \(again\)", "--restart",
+                         "10.38.1.1:9877=namesrv-9877 stop$", r"namesrv-9877 start \(again\)",
+                         "--why", f"127.0.0.1:9877={LAUNCH}; while the cluster is down the brokers are down too",
+                         "--why", "10.38.1.1:9876=the 9876 NameServer's own scanAvailableNameSrv (default on) "
+                         "connects to <first non-loopback address>:9876 every 3 s; it listens on 127.0.0.1 only "
+                         "(and the operator's box tried it once)", "--note", COLD, ports="9876,9877",
+                         logs=("namesrv.log", "namesrv-9877.log"), why=f"{LAUNCH}; while the cluster is down the "
+                         "brokers are down too"),
+    "v5-anylo": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--why", "10.38.1.1:9876=the "
+                     "NameServer's own scanAvailableNameSrv (default on) connects to <first non-loopback "
+                     "address>:9876 every 3 s; it listens on 127.0.0.1 only", "--note", "dumpcap -i any -i lo (two "
+                     "interfaces that overlap: every packet on the loopback captured twice, once as Linux cooked v1 "
+                     "on any, once as Ethernet on lo, in one pcapng): each connection, registration, lookup and "
+                     "refused attempt counted once; namesrv.log leaves out its scanAvailableNameSrv client's lines "
+                     "about its refused probe of 10.38.1.1:9876"),
     # no NameServer at all: no server's log, the steps file and the packets are the witnesses
     "http9876": ["none", "9876", "--served-log", "http.log", "--note", "No RocketMQ: python3 -m http.server 9876 "
                  "--bind 127.0.0.1 on the NameServer's port, asked GET / 20 times, one connection each (steps); "
