@@ -133,3 +133,29 @@ def test_a_name_holding_a_lone_surrogate_is_written_as_java_writes_it(spark, tmp
     assert {(row["broker_name"], row["cluster"]) for row in outputs.registrations} == {("b?", "C?")}
     assert [(b["cluster"], b["broker_name"]) for b in outputs.summary["brokers"]] == [("C?", "b?")]
     assert "C? / b? / 0 (MASTER)" in (tmp_path / "out" / "report.html").read_text()
+
+
+#: a topic as long as a capture showed one (a lookup of a 20,000-character name, refused by the server)
+LONG_TOPIC = "T" * 20_000
+
+
+def test_a_long_name_is_clipped_in_the_findings_lines_and_kept_whole_in_their_fields() -> None:
+    """A route lookup of a 20,000-character topic was a 20,000-character line on the console, in
+    summary.json's ``message`` and on the page. Each line shows the first 256 characters and how long
+    the name was (the audit trail's rule, escapes.clipped_text); the fields keep the name exact."""
+    from twisted_namesrv.escapes import SHOWN_MAX
+
+    marked = "\x1b" + LONG_TOPIC  # a name repr writes escaped (``'\\x1b'``) is clipped in the line too
+    items = [findings._unknown_topic("10.0.0.1:50000", LONG_TOPIC, 3, 1.0, 2.0, None),
+             findings._unknown_topic("10.0.0.2:50000", marked, 1, 1.0, 2.0, None)]
+    lone = findings._unknown_topic("10.0.0.3:50000", LONG_TOPIC + "2", 1, 1.0, 2.0, None, 1.5)
+    found = findings.attention([*items, lone])["findings"]
+    lines = [f["message"] for f in found] + [item["message"] for f in found for item in f["evidence"]]
+    assert len(lines) == 5 and all(len(line) < 1024 for line in lines), [len(line) for line in lines]
+    warning = next(f for f in found if f["kind"] == "topic_not_exist")
+    assert f"{'T' * SHOWN_MAX}...(20000 characters)" in warning["message"]
+    assert "\\x1b" + "T" * (SHOWN_MAX - 1) + "...(20001 characters)" in warning["message"]
+    assert [item["topic"] for item in warning["evidence"]] == [LONG_TOPIC, marked]
+    told = next(f for f in found if f["kind"] == "topic_made_on_first_use")
+    assert told["message"].count("...(20001 characters)") == 1 and told["evidence"][0]["topic"] == LONG_TOPIC + "2"
+    assert len(report._findings(found)) < 4 * 1024
