@@ -34,6 +34,7 @@ from typing import Any
 from twisted.logger import Logger, LogLevel
 
 from .context import Peer
+from .escapes import clipped_text
 from .events import RecentEvents
 from .properties import load as load_properties
 from .remoting import RemotingCommand, RequestCode, ResponseCode
@@ -127,24 +128,23 @@ class AuditEvent:
                 f"-> {self.result}{why}")
 
 
-#: the most characters of one target value (a namespace, key, topic, config value) an event keeps, and
-#: the most config keys: a request's header fields and body may hold 64 KiB each, and every audited
-#: request, done or refused, is a log line, a JSON event and one of the status page's recent events
-VALUE_MAX, CONFIG_KEYS_MAX = 256, 64
+#: the most config keys an event keeps (of one target value: escapes.SHOWN_MAX characters): a request's
+#: header fields and body may hold 64 KiB each, and every audited request, done or refused, is a log
+#: line, a JSON event and one of the status page's recent events
+CONFIG_KEYS_MAX = 64
 
 
 def clipped(value: Any) -> Any:
-    """``value`` as an event keeps it: text beyond VALUE_MAX characters cut, with how long it was; a
-    config update's keys beyond CONFIG_KEYS_MAX left out, with how many."""
+    """``value`` as an event keeps it: text beyond SHOWN_MAX characters cut, with how long it was
+    (escapes.clipped_text, as the capture report's lines clip names); a config update's keys beyond
+    CONFIG_KEYS_MAX left out, with how many."""
     if isinstance(value, dict):
         items = list(value.items())
         kept = {clipped(k): clipped(v) for k, v in items[:CONFIG_KEYS_MAX]}
         if len(items) > CONFIG_KEYS_MAX:
             kept["..."] = f"{len(items) - CONFIG_KEYS_MAX} more keys"
         return kept
-    if isinstance(value, str) and len(value) > VALUE_MAX:
-        return f"{value[:VALUE_MAX]}...({len(value)} characters)"
-    return value
+    return clipped_text(value) if isinstance(value, str) else value
 
 
 def _shown(value: Any) -> str:

@@ -17,6 +17,7 @@ holds the set to Python's own Unicode tables.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 #: C0, DEL, C1; Unicode's format characters (Cf) and default-ignorable code points (invisible); line and
@@ -50,6 +51,45 @@ def has_controls(text: str) -> bool:
     characters: most text, a log line per registration among it (a sixth of the search's CPU), and
     every label of /metrics (2,000 brokers of 512-character names: 28,000 searches, 2.3 s a scrape)."""
     return not (text.isascii() and text.isprintable()) and CONTROLS.search(text) is not None
+
+
+#: the most characters of one name (a topic, a key, a config value, a broker's name) a line made for
+#: people shows: a request's header fields may hold 64 KiB each (Java's NameServer keeps names of
+#: megabytes), and each is a log line, an audit event, a status page's event, a report's finding
+SHOWN_MAX = 256
+
+
+def clipped_text(text: str, most: int = SHOWN_MAX) -> str:
+    """``text`` as a line shows it: beyond ``most`` characters cut, with how long it was."""
+    return text if len(text) <= most else f"{text[:most]}...({len(text)} characters)"
+
+
+def names_clipped(line: str, named: Any, besides: str = "", most: int = SHOWN_MAX) -> str:
+    """``line`` with each string of ``named`` (a JSON-like value: the fields it was made of, a dict's
+    ``besides`` key left out: the line's own) longer than ``most`` characters clipped where it
+    appears in it, as itself or inside its ``repr``; the fields keep the names whole. A line of at
+    most ``most`` characters holds no such name whole: it is not searched."""
+    if len(line) <= most:
+        return line
+    for name in sorted(set(_long_strings(named, besides, most)), key=len, reverse=True):
+        quoted = repr(name)[1:-1]
+        line = line.replace(name, clipped_text(name, most))
+        if quoted != name:
+            line = line.replace(quoted, f"{repr(name[:most])[1:-1]}...({len(name)} characters)")
+    return line
+
+
+def _long_strings(value: Any, besides: str, most: int) -> Iterator[str]:
+    if isinstance(value, str):
+        if len(value) > most:
+            yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key != besides:
+                yield from _long_strings(item, besides, most)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            yield from _long_strings(item, besides, most)
 
 
 def json_escaped(text: str) -> str:

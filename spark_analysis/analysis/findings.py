@@ -36,7 +36,7 @@ from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add, merge_earliest
 from spark_analysis.model.translated import Translated
 from twisted_namesrv.controller.codes import ControllerResponseCode
-from twisted_namesrv.escapes import escaped
+from twisted_namesrv.escapes import escaped, names_clipped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 from twisted_namesrv.remoting.foreign import HTTP, TLS
@@ -991,7 +991,8 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     """One finding of ``items``; its line and theirs with every control character shown escaped
     (escapes.py, as the server's log shows them): they name what peers chose (brokers, clusters,
     topics, remarks), and a raw ESC or CR in one rewrote the data engineer's terminal from the
-    console's lines; the evidence's own fields keep every value exact."""
+    console's lines; a name past escapes.SHOWN_MAX characters clipped in them; the evidence's own
+    fields keep every value exact."""
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     named = len({str(item.get(UNITS[kind][0])) for item in items})
     units = len(items) if kind in EVENT_KINDS else len({_unit(kind, item) for item in items})
@@ -1004,9 +1005,10 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     if failed and len(items) > 1:  # one item says them in its own line
         message += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST for "
                     f"{_tally(failed, 'topic', clients=True)}")
-    for item in items:
-        item["message"] = escaped(item["message"])
-    problem = {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": escaped(message),
+    for item in items:  # a name clipped as the audit trail clips it: a 20,000-character topic was such a line
+        item["message"] = escaped(names_clipped(item["message"], item, "message"))
+    problem = {"kind": kind, "severity": severity, "subject": subject, "units": units,
+               "message": escaped(names_clipped(message, items, "message")),
                "evidence": items}
     if by_connection:  # only where some were: every other capture's summary as it was
         problem["by_connection"] = by_connection

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import html
 import json
 import math
 import pkgutil
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import NamedTuple
@@ -89,7 +91,8 @@ def write_report(out: str, summary: dict, liveness: Liveness, codes: list[CodeSt
 def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[bytes]:
     """The page in parts, each text encoded on its own; plotly.js, inlined before the first plot
     (the findings above it show while the browser reads it), as the bytes of Plotly's file: it is
-    most of the page, and as text (not all Latin-1) it was decoded, copied and encoded again."""
+    most of the page, and as text (not all Latin-1) it was decoded, copied and encoded again.
+    Its head holds the Content-Security-Policy that lets only these scripts run (``policy``)."""
     shown = plotted_brokers(liveness.brokers)
     named = at_nameserver(liveness.brokers)  # as the findings name them
     figures = [("timeline", "Heartbeats per broker", heartbeat_timeline(shown, liveness.time_bins, named)),
@@ -97,21 +100,77 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
                ("topics", "Topics per broker", topic_counts(shown, liveness.time_bins, named)),
                ("requests", "Requests by code", request_mix(codes)),
                ("latency", "Latency by code and NameServer", latency_percentiles(_per_server(summary, codes)))]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>NameServer capture report</title>"
+    plots = [(key, title, pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=False,
+                                      div_id=f"plot-{key}", config={"displaylogo": False}))
+             for key, title, figure in figures]
+    plotly_js = _plotly_js()
+    scripts = [_hash(_PLOTLY_CONFIG.encode()), plotly_js.script,
+               *(_hash(script.encode()) for _, _, plot in plots for script in _SCRIPT.findall(plot))]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
+             f"<meta http-equiv='Content-Security-Policy' content=\"{policy(scripts, plotly_js.styles)}\">"
+             f"<title>NameServer capture report</title>"
              f"<style>{_STYLE}</style></head><body><h1>NameServer capture report</h1>"
              f"<p class='status'>{page_text(summary['attention'])}</p>"
              f"{_findings(summary['findings'])}{_inputs(summary['inputs'])}".encode(),
-             b"<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script><script charset='utf-8'>",
-             pkgutil.get_data("plotly", "package_data/plotly.min.js"), b"</script>"]
-    for key, title, figure in figures:
-        plot = pio.to_html(figure, validate=False, full_html=False, include_plotlyjs=False, div_id=f"plot-{key}",
-                           config={"displaylogo": False})
-        parts.append(f"<section id='{key}'><h2>{html.escape(title)}</h2>{plot}</section>".encode())
+             f"<script>{_PLOTLY_CONFIG}</script><script charset='utf-8'>".encode(), plotly_js.code, b"</script>"]
+    parts.extend(f"<section id='{key}'><h2>{html.escape(title)}</h2>{plot}</section>".encode()
+                 for key, title, plot in plots)
     parts.append(f"{_response_codes(summary['response_codes'], _judged_calls(summary))}"
                  f"{_controller(summary.get('controller'))}"
                  f"{_brokers(summary['brokers'])}"
                  f"{_clients(summary['clients'])}{_counts(summary['counts'])}</body></html>".encode())
     return parts
+
+
+_PLOTLY_CONFIG = "window.PlotlyConfig = {MathJaxConfig: 'local'};"
+#: an inline script in the HTML Plotly writes for a figure (its div, then the script that draws it)
+_SCRIPT = re.compile(r"<script[^>]*>(.*?)</script>", re.DOTALL)
+
+
+def policy(scripts: Iterable[str], styles: Iterable[str]) -> str:
+    """The page's Content-Security-Policy: names in the page are a capture's peer's choice, and
+    escaping them (page_text, plot_text) was all that stood between a name and a script. With it,
+    a script or event handler that an escaping bug let through is not run: scripts run only when
+    their text has one of ``scripts``' hashes (the page's own, hashed as it is written), nothing is
+    fetched (``default-src 'none'``: the page is whole), no form is sent, no base URL set.
+    ``<style>`` elements: the page's own, an empty one (Plotly adds an empty ``<style>`` and fills
+    it through the CSSOM, which no policy checks) and ``styles`` (those plotly.js writes). Plotly
+    sets ``style`` attributes everywhere (sizes, colours, positions), so those are allowed, as is
+    every style in a browser that knows neither style-src-elem nor style-src-attr: a style runs no
+    script, and with nothing fetched it sends nothing anywhere. Images: ``data:`` and ``blob:``
+    only, for Plotly's "download plot as png" (it draws the figure's SVG from a blob)."""
+    elements = " ".join([_hash(_STYLE.encode()), _hash(b""), *styles])
+    return (f"default-src 'none'; script-src {' '.join(scripts)}; style-src-elem {elements}; "
+            f"style-src-attr 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; base-uri 'none'; "
+            f"form-action 'none'")
+
+
+class _PlotlyJs(NamedTuple):
+    code: bytes
+    #: the policy's sources for it, and for the stylesheets it writes into ``<style>`` elements
+    script: str
+    styles: tuple[str, ...]
+
+
+#: a stylesheet plotly.js writes as it loads (maplibre's, for map traces): ``createElement("style")``, its
+#: id, then its text as one string literal
+_PLOTLY_STYLE = re.compile(r"""createElement\("style"\);[^;']{0,200}[;,]\s*\w+\.textContent='([^'\\]*)'""")
+
+
+@functools.cache
+def _plotly_js() -> _PlotlyJs:
+    """plotly.js as Plotly's package holds it, hashed once (4.6 MB) with what it writes as styles:
+    a stylesheet refused is harmless (the report draws no map) but said on the console each time."""
+    code = pkgutil.get_data("plotly", "package_data/plotly.min.js")
+    assert code is not None
+    styles = tuple(_hash(text.encode()) for text in _PLOTLY_STYLE.findall(code.decode()))
+    return _PlotlyJs(code, _hash(code), styles)
+
+
+def _hash(text: bytes) -> str:
+    """A CSP source matching an inline script or style of exactly this text (UTF-8, as the browser
+    hashes it)."""
+    return f"'sha256-{base64.b64encode(hashlib.sha256(text).digest()).decode()}'"
 
 
 def _per_server(summary: dict, codes: list[CodeStats]) -> list[CodeStats]:

@@ -6,10 +6,12 @@ Unicode controls raw: each name shows as itself, escaped, and lays nothing out."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from spark_analysis.analysis import findings
 from spark_analysis.model.periods import TimeBins
 from spark_analysis.output import report
+from spark_analysis.output.report import _hash
 
 #: a live link, a line break, a style, a hover template's placeholder, a bidi override, an ESC and a line separator
 HOSTILE_CLUSTER = '<a href="https://evil.example/">open</a>'
@@ -133,3 +135,92 @@ def test_a_name_holding_a_lone_surrogate_is_written_as_java_writes_it(spark, tmp
     assert {(row["broker_name"], row["cluster"]) for row in outputs.registrations} == {("b?", "C?")}
     assert [(b["cluster"], b["broker_name"]) for b in outputs.summary["brokers"]] == [("C?", "b?")]
     assert "C? / b? / 0 (MASTER)" in (tmp_path / "out" / "report.html").read_text()
+
+
+#: a topic as long as a capture showed one (a lookup of a 20,000-character name, refused by the server)
+LONG_TOPIC = "T" * 20_000
+
+
+def test_a_long_name_is_clipped_in_the_findings_lines_and_kept_whole_in_their_fields() -> None:
+    """A route lookup of a 20,000-character topic was a 20,000-character line on the console, in
+    summary.json's ``message`` and on the page. Each line shows the first 256 characters and how long
+    the name was (the audit trail's rule, escapes.clipped_text); the fields keep the name exact."""
+    from twisted_namesrv.escapes import SHOWN_MAX
+
+    marked = "\x1b" + LONG_TOPIC  # a name repr writes escaped (``'\\x1b'``) is clipped in the line too
+    items = [findings._unknown_topic("10.0.0.1:50000", LONG_TOPIC, 3, 1.0, 2.0, None),
+             findings._unknown_topic("10.0.0.2:50000", marked, 1, 1.0, 2.0, None)]
+    lone = findings._unknown_topic("10.0.0.3:50000", LONG_TOPIC + "2", 1, 1.0, 2.0, None, 1.5)
+    found = findings.attention([*items, lone])["findings"]
+    lines = [f["message"] for f in found] + [item["message"] for f in found for item in f["evidence"]]
+    assert len(lines) == 5 and all(len(line) < 1024 for line in lines), [len(line) for line in lines]
+    warning = next(f for f in found if f["kind"] == "topic_not_exist")
+    assert f"{'T' * SHOWN_MAX}...(20000 characters)" in warning["message"]
+    assert "\\x1b" + "T" * (SHOWN_MAX - 1) + "...(20001 characters)" in warning["message"]
+    assert [item["topic"] for item in warning["evidence"]] == [LONG_TOPIC, marked]
+    told = next(f for f in found if f["kind"] == "topic_made_on_first_use")
+    assert told["message"].count("...(20001 characters)") == 1 and told["evidence"][0]["topic"] == LONG_TOPIC + "2"
+    assert len(report._findings(found)) < 4 * 1024
+
+
+def _csp_run(page: Path, tmp_path: Path, name: str) -> tuple[str, str]:
+    """The page's DOM once its scripts ran in headless Chromium, and what its console said."""
+    import subprocess
+
+    from tests.web.test_status_page import chromium
+
+    flags = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,2400",
+             "--virtual-time-budget=10000", f"--user-data-dir={tmp_path / f'profile-{name}'}",
+             "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()]
+    done = subprocess.run(flags, capture_output=True, text=True, timeout=180, check=True)
+    return done.stdout, "\n".join(line for line in done.stderr.splitlines() if ":CONSOLE" in line)
+
+
+#: what an escaping bug would let a capture's name put in the page: a script and an event handler
+INJECTED = ("<script>document.body.setAttribute('data-ran', 'script')</script>"
+            "<img src=x onerror=\"document.body.setAttribute('data-ran-handler', 'img')\">")
+
+
+#: what the modebar's "download plot as png" calls (Plotly.toImage draws the figure's SVG from a blob:), its
+#: PNG's start said on <body>
+TO_IMAGE = ("window.addEventListener('load', function () { setTimeout(function () { Plotly.toImage("
+            "document.getElementById('plot-requests'), {format: 'png', width: 400, height: 300}).then("
+            "function (url) { document.body.setAttribute('data-png', url.slice(0, 30)); }, "
+            "function (e) { document.body.setAttribute('data-png', 'failed: ' + e); }); }, 500); });")
+
+
+def test_the_page_s_policy_runs_its_own_scripts_and_no_other(synthetic_outputs, tmp_path) -> None:
+    """Escaping was all that stood between a capture's name and a script: report.html had no
+    Content-Security-Policy. Its own scripts (plotly.js, the figures) now run by their hashes, every
+    plot drawn with no violation said on the console, Plotly's PNG made, while a script and an ``onerror`` put inside
+    the findings (as an escaping bug would) are refused; a copy without the policy runs them (the
+    check sees a script run)."""
+    text = Path(synthetic_outputs.out, "report.html").read_text()
+    at = text.index("<section id='findings'>")
+    hostile = text[:at] + INJECTED + text[at:]
+    for name, page in (("injected", hostile), ("unguarded", hostile.replace("http-equiv='Content-Security-Policy'",
+                                                                           "name='no-policy'", 1))):
+        (tmp_path / f"{name}.html").write_text(page)
+        dom, console = _csp_run(tmp_path / f"{name}.html", tmp_path, name)
+        body = dom[dom.index("<body"):dom.index(">", dom.index("<body"))]
+        if name == "injected":
+            assert "data-ran" not in body and "Content Security Policy" in console, body
+        else:
+            assert "data-ran=\"script\"" in body and "data-ran-handler=\"img\"" in body, body
+    head = text[:text.index("</head>")]
+    assert "http-equiv='Content-Security-Policy'" in head
+    policy = head[head.index("content=\"") + 9:]
+    policy = policy[:policy.index('"')]
+    directives = dict(part.strip().split(" ", 1) for part in policy.split(";"))
+    assert directives["default-src"] == "'none'" and "unsafe" not in directives["script-src"]
+    assert len(directives["script-src"].split()) == text.count("<script") == 2 + 5  # config, plotly.js, 5 figures
+    # the page as written, with one more script of its own (its hash added): the modebar's "download plot as png"
+    probe = _hash(TO_IMAGE.encode())
+    (tmp_path / "own.html").write_text(text.replace("script-src ", f"script-src {probe} ", 1).replace(
+        "</body>", f"<script>{TO_IMAGE}</script></body>", 1))
+    dom, console = _csp_run(tmp_path / "own.html", tmp_path, "own")
+    for plot in ("timeline", "intervals", "topics", "requests", "latency"):
+        div = dom[dom.index(f'id="plot-{plot}"'):]
+        assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
+    assert "Content Security Policy" not in console, console
+    assert 'data-png="data:image/png;base64,' in dom[dom.index("<body"):dom.index(">", dom.index("<body"))]
