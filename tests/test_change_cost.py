@@ -933,9 +933,10 @@ def test_a_registration_runs_the_same_lines_at_ten_and_a_hundred_times_the_broke
 #: msgspec Structs and writes a change's few entries with no Staged layer, 155 since a group's
 #: topology entry is a Struct encoded as it is (no comprehension of its members' rows), 156 again
 #: since the registration's kept renewal keeps where its key was read (answer_cache.RenewalKey.shape,
-#: one call here, so each heartbeat after it is read at those places): held at that; no room for a call more, let alone a path's worth (its log
-#: line's level checked by Logger.emit alone was 7 calls).  Fewer calls is not always less work: str.format per field in
-#: place of a comprehension's call cost more
+#: one call here, so each heartbeat after it is read at those places): held at that; no room for a
+#: call more, let alone a path's worth (its log line's level checked by Logger.emit alone was 7
+#: calls).  Fewer calls is not always less work: str.format per field in place of a comprehension's
+#: call cost more
 FIRST_REGISTRATION_CALLS = 156
 
 
