@@ -44,7 +44,7 @@ from functools import partial, reduce
 from typing import BinaryIO
 
 import pyarrow as pa
-from pyspark import SparkContext, StorageLevel, TaskContext
+from pyspark import SparkContext, StorageLevel, TaskContext, cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -93,7 +93,16 @@ from spark_analysis.output import summary as summary_json
 from spark_analysis.output import tables
 from spark_analysis.output.brokers import brokers_csv, clients_csv
 from spark_analysis.spark import balance, worker
-from spark_analysis.spark.liveness_stage import LIVENESS, Beside, beside_replay, broker_liveness, liveness_tasks
+from spark_analysis.spark.liveness_stage import (
+    LIVENESS,
+    Beside,
+    beside_replay,
+    broker_liveness,
+    liveness_of,
+    liveness_plan,
+    liveness_replay,
+    liveness_tasks,
+)
 from spark_analysis.spark.struct_types import DECODED, EVENTS
 from twisted_namesrv.escapes import escaped
 
@@ -169,12 +178,21 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{_mib(size)} over local files ({len(spooled)} compressed, inflated as a stream), {len(whole)} "
              f"remote files read whole" + (f"; skipped {', '.join(map(shown_name, skipped))}" if skipped else ""))
 
+    tables_out = out if _tasks_write_tables(sc.master, out) else None
+    # two per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
+    # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
+    # payloads are inline for the files read whole (a compressed one inflates to several times its size)
+    whole_bytes = sum(map(inputs.planned_bytes, whole))
+    shares = balance.task_shares(cores, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
+
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
     # liveness are then one job. Their pieces are kept for it (_ReadPieces), and the same action
-    # collects the tally each task ends with.
+    # collects the tally each task ends with. Meanwhile the second job is planned (PlannedAhead).
+    first = _pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool)
+    ahead = PlannedAhead(spark, spool, cores, shares) if spool is not None and tables_out else None
     with progress.meanwhile("reading"):
-        pieces, read = _ReadPieces.of(_pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool), kept=spool)
+        pieces, read = _ReadPieces.of(first, kept=spool)
     file_rows = findings.input_files(files, read)
     # said on the console only: the report files of a capture stay the same whenever it is read
     still = {file.path: why for file, row in zip(files, file_rows, strict=True) if findings.may_be_still_written(row)
@@ -216,16 +234,10 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     sessions = Sessions(time_bins.starts, {e: story.run_starts() for e, story in endpoints.items()},
                         observed_spans(captures, by_path), time_bins.ends, endpoint_files(by_path, parts.paths))
 
-    tables_out = out if _tasks_write_tables(sc.master, out) else None
     if tables_out:
         tables.prepare(tables_out)
     if inputs.is_local(out):
         _forget_earlier_report(inputs.local_path(out))
-    # two per core, of decreasing size (balance.py): a task has a fixed cost whatever its size,
-    # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
-    # payloads are inline for the files read whole (a compressed one inflates to several times its size)
-    whole_bytes = sum(map(inputs.planned_bytes, whole))
-    shares = balance.task_shares(cores, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
     decode = partial(decode_batches, servers=servers, tables_out=tables_out, places=Places(by_file, sessions),
                      left_out=left_out)
     # what the decoding tasks send the JVM: the events and tallies only where they write the tables
@@ -238,7 +250,19 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         cores) else frozenset()
     beside = None
     server_ends = len(set(sides.values()))  # the liveness stage's tasks, one a core at most (liveness_tasks)
-    if guessed:
+    planned = ahead.made() if ahead is not None and pieces.hands_out else None
+    if planned is not None:
+        assert ahead is not None
+        # the plan made while the reading tasks ran: its functions and pieces written to the spool
+        ahead.write(decode=decode, replay=liveness_replay(time_bins, by_file, sessions, endpoints),
+                    beside=partial(_beside_replay, decode=decode, first_part=len(shares)) if guessed
+                    else _nothing_beside)
+        pieces.hand_out(Counter({key: cost for key, cost in read.costs.items() if key not in guessed}), shares,
+                        read.hashed_cost, guessed, False, ahead.handed)
+        if ahead.beside:  # nothing to take where no 4-tuple was guessed a client's
+            pieces.hand_out(Counter({key: read.costs[key] for key in guessed}), balance.claimed_shares(cores), 0,
+                            guessed, True, ahead.claimed)
+    elif guessed:
         decoded = pieces.decoded(decode, sent, Counter({key: cost for key, cost in read.costs.items()
                                                            if key not in guessed}), shares, read.hashed_cost,
                                  guessed=guessed, among=False)
@@ -250,15 +274,20 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     else:
         decoded = pieces.decoded(decode, sent, read.costs, shares, read.hashed_cost)
     with progress.meanwhile("decoding"):
-        if not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
+        if planned is not None:
+            liveness, whole = liveness_of(planned.collect(), time_bins, sessions, endpoints)
+        elif not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
             for kind, name, _ in tables.TABLES:
                 # one task (and Parquet file) per core, not per shuffle partition: the tables are far
                 # smaller than the capture, and each task and file costs the same whatever its size
                 _rows_of(decoded, kind).coalesce(cores).transform(with_timestamps).write.mode(
                     "overwrite").parquet(f"{out}/{name}")
-        liveness, whole = broker_liveness(decoded if tables_out else _events_of(decoded), time_bins, by_file,
-                                          sessions, endpoints, beside, server_ends, cores)
+            liveness, whole = broker_liveness(_events_of(decoded), time_bins, by_file, sessions, endpoints, beside,
+                                              server_ends, cores)
+        else:
+            liveness, whole = broker_liveness(decoded, time_bins, by_file, sessions, endpoints, beside, server_ends,
+                                              cores)
         if not whole:  # a guess was wrong: the replay again with every 4-tuple's events, the tables as written
             progress(f"a 4-tuple of the {len(guessed)} guessed clients' carried an event the replay needed: "
                      f"replaying again with every 4-tuple's events")
@@ -570,6 +599,11 @@ class _ReadPieces:
         read = _merged(tally for tally in tallies.to_pylist() if tally is not None)
         return cls(pieces.sparkSession, None, table.filter(tallies.is_null()).drop_columns(["tally"]), kept), read
 
+    @property
+    def hands_out(self) -> bool:
+        """Whether the driver hands the pieces out (the reading tasks kept them), or Spark shuffles them."""
+        return self.located is not None
+
     def decoded(self, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: StructType,
                 costs: Counter, shares: list[int], hashed: int = 0, guessed: frozenset[ConnectionKey] = frozenset(),
                 among: bool = False) -> DataFrame:
@@ -580,9 +614,8 @@ class _ReadPieces:
             pieces = self.cached.where(balance.among(guessed) if among else ~balance.among(guessed)) if guessed \
                 else self.cached
             return pieces.repartition(len(shares), balance.task_column(dealt, len(shares))).mapInArrow(decode, schema)
-        handed = self._hand_out(costs, shares, hashed, guessed, among)
-        return self.spark.range(0, len(shares), 1, len(shares)).mapInArrow(
-            partial(_decode_handed, handed=handed, decode=decode), schema)
+        return _handed_plan(self.spark, self.hand_out(costs, shares, hashed, guessed, among), decode, schema,
+                            len(shares))
 
     def beside(self, decode: Callable[..., Iterator[pa.RecordBatch]], costs: Counter, shares: list[int],
                guessed: frozenset[ConnectionKey], first_part: int, replay_tasks: int) -> DataFrame | Beside:
@@ -594,13 +627,14 @@ class _ReadPieces:
         if self.cached is not None:
             return self.decoded(partial(decode, first_part=first_part - replay_tasks), LIVENESS, costs, shares,
                                 guessed=guessed, among=True)
-        return Beside(partial(_decode_claimed, handed=self._hand_out(costs, shares, 0, guessed, True),
-                              batches=len(shares), decode=partial(decode, first_part=first_part)))
+        return _claimed_beside(self.hand_out(costs, shares, 0, guessed, True), len(shares),
+                               partial(decode, first_part=first_part))
 
-    def _hand_out(self, costs: Counter, shares: list[int], hashed: int, guessed: frozenset[ConnectionKey],
-                  among: bool) -> str:
+    def hand_out(self, costs: Counter, shares: list[int], hashed: int, guessed: frozenset[ConnectionKey],
+                 among: bool, path: str | None = None) -> str:
         """The located pieces (of the ``guessed`` 4-tuples or of the others, as ``among`` says) dealt
-        to a task per share, written as a file of a batch per task; its path."""
+        to a task per share, written as a file of a batch per task (at ``path``, else the spool's
+        next); its path."""
         dealt = balance.deal(costs, shares, hashed=hashed)
         located = self.located
         assert located is not None
@@ -608,15 +642,16 @@ class _ReadPieces:
         handed: list[list[int]] = [[] for _ in shares]
         for row, key in enumerate(zip(located.column("lower").to_pylist(), located.column("higher").to_pylist(),
                                       strict=True)):
-            if guessed and (key in guessed) != among:
+            if (guessed or among) and (key in guessed) != among:
                 continue
             task = tasks.get(key)
             if task is None:
                 task = tasks[key] = balance.task_of(key, dealt, len(shares))
             handed[task].append(row)
-        assert self.spool is not None
-        path = os.path.join(self.spool, f"handed-{self.handed}.arrow")
-        self.handed += 1
+        if path is None:
+            assert self.spool is not None
+            path = os.path.join(self.spool, f"handed-{self.handed}.arrow")
+            self.handed += 1
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, located.schema) as writer:
             for rows in handed:  # batch i: task i's pieces
                 own = located.take(pa.array(rows, pa.int64()))
@@ -627,6 +662,95 @@ class _ReadPieces:
     def unpersist(self) -> None:
         if self.cached is not None:
             self.cached.unpersist()
+
+
+def _handed_plan(spark: SparkSession, handed: str, decode: Callable[[Iterable[pa.RecordBatch]],
+                                                                    Iterator[pa.RecordBatch]],
+                 schema: StructType, tasks: int) -> DataFrame:
+    """``decode`` over ``tasks`` tasks, each given its pieces by the driver: its batch of the
+    ``handed`` file (_ReadPieces), which may be written after the plan is made (PlannedAhead)."""
+    return spark.range(0, tasks, 1, tasks).mapInArrow(partial(_decode_handed, handed=handed, decode=decode), schema)
+
+
+def _claimed_beside(handed: str, batches: int, decode: Callable[..., Iterator[pa.RecordBatch]]) -> Beside:
+    """The liveness stage's work beside the replay: the ``batches`` of the ``handed`` file, each
+    taken by whichever task is free (Claims) and given to ``decode`` (its LIVENESS rows)."""
+    return Beside(partial(_decode_claimed, handed=handed, batches=batches, decode=decode))
+
+
+class PlannedAhead:
+    """The second Spark job (the decoding tasks, then the liveness stage) planned while the first,
+    the reading tasks, runs: on a local master whose decoding tasks write the tables, the plan's
+    Python functions read their arguments, which the first job's results decide, from the job's
+    spool (SpooledFunction), and its tasks their pieces from hand-outs at paths named now
+    (_ReadPieces.hand_out). Made between the jobs, the plan cost the driver about 80 calls to the
+    JVM and the JVM its analysis and physical planning while every core waited (docs/benchmarks.md).
+
+    The plan's shape is what the first job cannot change on this master: the decoding tasks a
+    share each (balance.task_shares: the files Spark reads whole are known before), the liveness
+    stage one task on one core, else a task a core with the guessed clients' decoding beside the
+    replay (balance.decode_beside_replay; where no 4-tuple is guessed a client's, nothing is
+    beside: _nothing_beside, and a core with no NameServer to replay has an empty task, ~10 ms of
+    the JVM's CPU against the plan's). Where planning here failed, ``made`` says so and the job
+    plans as it does on other masters, after the first job (failing the same way, or not). A
+    thread, not the driver's own: the driver waits in the first job's action meanwhile."""
+
+    def __init__(self, spark: SparkSession, spool: str, cores: int, shares: list[int]) -> None:
+        self.functions = os.path.join(spool, "second-job.pickle")
+        self.handed = os.path.join(spool, "handed-decoding.arrow")
+        self.claimed = os.path.join(spool, "handed-beside.arrow")
+        self.beside = balance.decode_beside_replay(cores)
+        self.tasks = cores if self.beside else 1
+        self.plan: DataFrame | None = None
+        self._thread = threading.Thread(target=self._make, args=(spark, cores, shares), name="plan-ahead",
+                                        daemon=True)
+        self._thread.start()
+
+    def _make(self, spark: SparkSession, cores: int, shares: list[int]) -> None:
+        with suppress(Exception):  # planned again after the first job, the same way: whatever failed fails there
+            self.plan = self._planned(spark, cores, shares)
+
+    def _planned(self, spark: SparkSession, cores: int, shares: list[int]) -> DataFrame:
+        decoded = _handed_plan(spark, self.handed, SpooledFunction(self.functions, "decode"), EVENTS, len(shares))
+        beside = _claimed_beside(self.claimed, len(balance.claimed_shares(cores)),
+                                 SpooledFunction(self.functions, "beside")) if self.beside else None
+        plan = liveness_plan(decoded, SpooledFunction(self.functions, "replay"), beside, self.tasks)
+        plan._jdf.queryExecution().executedPlan()  # its physical plan now, which the action then reuses
+        return plan
+
+    def made(self) -> DataFrame | None:
+        """The plan, once made (None: planning failed)."""
+        self._thread.join()
+        return self.plan
+
+    def write(self, **functions: Callable) -> None:
+        """The plan's functions with their arguments, written to the spool before its action runs."""
+        with open(self.functions, "wb") as file:
+            file.write(cloudpickle.dumps(functions))
+
+
+class SpooledFunction:
+    """A task's function read from a file of the job's spool (``key`` of its pickled dict), where
+    the driver writes it after the plan naming it was made (PlannedAhead): what a task unpickles
+    with its command is this, a path and a name; read once a task, when first called."""
+
+    def __init__(self, path: str, key: str) -> None:
+        self.path, self.key = path, key
+        self._function: Callable | None = None
+
+    def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204 - whatever the function read takes
+        if self._function is None:
+            with open(self.path, "rb") as file:
+                self._function = pickle.load(file)[self.key]
+        return self._function(*args, **kwargs)
+
+    def __reduce__(self) -> tuple:
+        return SpooledFunction, (self.path, self.key)
+
+
+def _nothing_beside(batches: Iterable[pa.RecordBatch], batch: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The work beside the replay where no 4-tuple was guessed a client's (PlannedAhead): none."""
+    return iter(())
 
 
 def _decode_handed(batches: Iterable[pa.RecordBatch], handed: str,

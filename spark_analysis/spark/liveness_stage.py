@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
@@ -90,18 +90,39 @@ def broker_liveness(events: DataFrame, time_bins: TimeBins, files: FileSpans = (
     cores = cores or events.sparkSession.sparkContext.defaultParallelism
     sessions = sessions or Sessions(time_bins.starts, period_ends=time_bins.ends)
     endpoints = endpoints or {}
-    replay = partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints)
+    replay = liveness_replay(time_bins, files, sessions, endpoints)
+    tasks = cores if isinstance(beside, Beside) else liveness_tasks(cores, servers)
+    return liveness_of(liveness_plan(events, replay, beside, tasks).collect(), time_bins, sessions, endpoints)
+
+
+def liveness_replay(time_bins: TimeBins, files: FileSpans, sessions: Sessions,
+                    endpoints: dict[str, EndpointStory]) -> Callable[[Iterable[pa.RecordBatch]],
+                                                                     Iterator[pa.RecordBatch]]:
+    """The liveness tasks' replay (a mapInArrow function over a partition of events)."""
+    return partial(_liveness_batches, time_bins=time_bins, files=files, sessions=sessions, endpoints=endpoints)
+
+
+def liveness_plan(events: DataFrame, replay: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+                  beside: DataFrame | Beside | None, tasks: int) -> DataFrame:
+    """The liveness stage over ``events`` in ``tasks`` tasks, each running ``replay`` (liveness_replay)
+    over the servers its partition holds; with Beside, a task a core (``tasks``), each then taking
+    work beside the replay; with a DataFrame of the work beside, that unioned after the replay's."""
     if isinstance(beside, Beside):
         # a task a core, each replaying the servers its partition holds (none, for all but one where the
         # capture has one NameServer), then taking work beside the replay while there is some
-        rows = events.repartition(cores, "event_server").mapInArrow(
-            partial(_stage_batches, replay=replay, beside=beside.run), LIVENESS).collect()
-        # the rows decoded beside in the order of their batches, whichever task took each (the order of
-        # a union's partitions, a batch each; the replay's first)
-        rows.sort(key=lambda row: -1 if row.batch is None else row.batch)
-    else:
-        replayed = events.repartition(liveness_tasks(cores, servers), "event_server").mapInArrow(replay, LIVENESS)
-        rows = (replayed if beside is None else replayed.union(beside)).collect()
+        return events.repartition(tasks, "event_server").mapInArrow(
+            partial(_stage_batches, replay=replay, beside=beside.run), LIVENESS)
+    replayed = events.repartition(tasks, "event_server").mapInArrow(replay, LIVENESS)
+    return replayed if beside is None else replayed.union(beside)
+
+
+def liveness_of(rows: list[Row], time_bins: TimeBins, sessions: Sessions,
+                endpoints: dict[str, EndpointStory]) -> tuple[Liveness, bool]:
+    """The Liveness of the liveness stage's collected ``rows`` (liveness_plan), and whether it is
+    whole (broker_liveness)."""
+    # the rows decoded beside in the order of their batches, whichever task took each (the order of
+    # a union's partitions, a batch each; the replay's first): a union's are in that order already
+    rows = sorted(rows, key=lambda row: -1 if row.batch is None else row.batch)
     tallies = [row.tally for row in rows if row.tally is not None]
     # each server's stories in its replay's order, the servers by name: not the order of the tasks
     # that replayed them, which moves with the cores (the report is the same on any master)
