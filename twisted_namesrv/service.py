@@ -308,7 +308,8 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
             snapshots = RouteSnapshotService(state.routes, config["routeSnapshotPath"], reactor,
                                              config["routeSnapshotInterval"] / 1000,
                                              max_age=config["routeSnapshotMaxAge"] / 1000,
-                                             load_refusals=metrics.store_load_refusals)
+                                             load_refusals=metrics.store_load_refusals,
+                                             failures=metrics.store_failures)
             snapshots.load()
             topology.topology.seed(restored_members(state.routes))  # a snapshot older than the memory's file
         wrap = listen_with(config)  # a bad TLS setup fails here

@@ -25,7 +25,7 @@ from ..peers import PeersService
 from ..server import PUSH_RESULTS, RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
-STORES = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath", "starts")
+STORES = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath", "starts", "routeSnapshotPath")
 STORE_ERRORS = ("ENOSPC", "EMFILE", "EIO", "EROFS")
 #: ... and namesrv_log_lines_lost: a full disk, a failing one, a read-only one or no descriptor left when a
 #: rotation reopens the file, a stdout pipe whose reader left or is too slow (a non-blocking pipe), no stdout
@@ -274,7 +274,8 @@ class NamesrvCollector(Collector):
         yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
                         "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
                         "(configStorePath) is applied in memory only, until the restart, as Java's; the topology "
-                        "(topologyPath) and the page's events (eventsPath) are written again at their next tick",
+                        "(topologyPath), the page's events (eventsPath) and the route snapshot (routeSnapshotPath) are "
+                        "written again at their next tick; the starts' count (starts) at the next start or stop",
                         "error", self.metrics.store_failures, STORES, STORE_ERRORS)
         lost = CounterMetricFamily("namesrv_log_lines_lost", "Log lines not written because the log's file or "
                                    "stdout refused them (a full disk: ENOSPC), by error; once it can be written "
