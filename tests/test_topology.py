@@ -259,7 +259,8 @@ def test_a_write_encodes_only_the_groups_that_changed_since(monkeypatch):
     def whole(t: Topology) -> bytes:  # the file's format, encoded at once
         return dumps({"format": 1, "groups": [
             {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
-             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
+             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up),
+             "master_how": g.master_how}
             for g in t.groups.values()]}, separators=(",", ":")).encode()
     assert encode(topology) == whole(topology)
     before = topology.copy()
@@ -615,3 +616,53 @@ def test_a_restart_logs_how_the_groups_it_expects_were_left(tmp_path):
     assert line.endswith("3 broker groups of 1 clusters expected, as last seen: 1 up when it last stopped, expected "
                          "to register again; absent before it: 1 left (expired): cA/b; 1 stopped cleanly "
                          "(unregistered): cA/a"), line
+
+
+def test_a_cluster_stopped_master_first_and_started_slave_first_is_a_clean_stop_throughout(tmp_path):
+    """Seen with real 5.3.3 brokers (broker-a, its slave broker-a-s, broker-b): the cluster stopped in
+    order, broker-b, then broker-a's master, then its slave, left broker-a with its slave alone for
+    the seconds between, and started again with the NameServers last, its slave registered 6 s before
+    its master. Both times the group had a member and no live master and the cluster nothing
+    writable, not "stopped cleanly": NamesrvBrokerGroupWithoutMaster and NamesrvClusterNothingWritable
+    paged (critical) for a shutdown and a start made on purpose. Now the master's own clean stop is
+    remembered (across a restart too) until a master registers, and the cluster counts as stopped
+    cleanly; a master that crashed while its slave runs is no clean stop."""
+    first = Served(tmp_path)
+    first.service.topology.startService()
+    connections = {}
+    for addr, name, broker_id in ((MASTER, "broker-a", "0"), (B1, "broker-a", "1"), (B2, "broker-b", "0")):
+        proto, transport = first.connect()
+        register(proto, transport, addr, name, extra={"clusterName": "cA", "brokerId": broker_id})
+        connections[addr] = (proto, transport)
+
+    def unregister(served: Served, addr: str, name: str, broker_id: str) -> None:
+        answer, _ = ask(served, RequestCode.UNREGISTER_BROKER, {"clusterName": "cA", "brokerAddr": addr,
+                                                                "brokerName": name, "brokerId": broker_id},
+                        account=None)
+        assert answer.code == ResponseCode.SUCCESS
+
+    def seen(served: Served) -> tuple[float, float, float]:
+        samples = served.scrape()
+        return (value(samples, "namesrv_broker_group_master_stopped_cleanly", cluster="cA", broker="broker-a"),
+                value(samples, "namesrv_broker_group_master_live", cluster="cA", broker="broker-a"),
+                value(samples, "namesrv_cluster_stopped_cleanly", cluster="cA"))
+
+    unregister(first, B2, "broker-b", "0")
+    unregister(first, MASTER, "broker-a", "0")  # the master before its slave
+    assert seen(first) == (1, 0, 1)
+    assert first.api.clusters()["outages"]["clusters_stopped_cleanly"] == ["cA"]
+    unregister(first, B1, "broker-a", "1")
+    assert seen(first) == (1, 0, 1)
+    first.service.topology.stopService()
+
+    again = Served(tmp_path)  # the NameServers started last: the slave registers first
+    proto, transport = again.connect()
+    register(proto, transport, B1, "broker-a", extra={"clusterName": "cA", "brokerId": "1"})
+    assert seen(again) == (1, 0, 1)
+    proto, transport = again.connect()
+    register(proto, transport, MASTER, "broker-a", extra={"clusterName": "cA", "brokerId": "0"})
+    assert seen(again) == (0, 1, 0)
+
+    transport.loseConnection()  # the master crashes, its slave up: an outage, no clean stop
+    again.clock.advance(0)
+    assert seen(again) == (0, 0, 0)

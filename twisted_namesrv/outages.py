@@ -68,6 +68,15 @@ class GroupHealth:
     #: up when this NameServer last saved its topology, no live master yet, and the restart's window
     #: for brokers to register again is not over: expected back, not (yet) an outage
     rejoining: bool = False
+    #: how its master (brokerId 0) last left, while it has no live master (KnownGroup.master_how)
+    master_how: str | None = None
+
+    @property
+    def master_stopped_cleanly(self) -> bool:
+        """No live master because the master unregistered (a clean stop), its slaves maybe still up: a
+        cluster stopped master first, or started again slave first, is masterless for the seconds
+        between, on purpose."""
+        return not self.master_live and self.master_how == CLEAN_STOP
 
     @property
     def stopped_cleanly(self) -> bool:
@@ -108,10 +117,12 @@ class RouteHealth:
     def clusters_stopped_cleanly(self) -> list[str]:
         """Clusters every known group of which stopped cleanly (a whole cluster shut down on
         purpose, as ``mqshutdown broker`` on each host does): nothing can be written to it, and
-        nothing crashed."""
+        nothing crashed.  A group whose master unregistered while a slave is still up counts: the
+        same shutdown, master first (or the start again, slave first)."""
         clusters: dict[str, bool] = {}
         for group in self.groups:
-            clusters[group.cluster] = clusters.get(group.cluster, True) and group.stopped_cleanly
+            clean = group.stopped_cleanly or group.master_stopped_cleanly
+            clusters[group.cluster] = clusters.get(group.cluster, True) and clean
         return sorted(cluster for cluster, stopped in clusters.items() if stopped)
 
     #: broker name -> its group (the page looks each group up)
@@ -182,6 +193,7 @@ class HealthWatch:
         live, topics_of, writable_of, sealed_of = (routes.brokerLiveTable, routes.topicsOfGroup,
                                                    routes.writableOfGroup, routes.sealedOfGroup)
         groups = []
+        known_groups = self.topology.groups
         live_key = routes.live_key
         # one walk of each group's members, no call but the lookups: /metrics reads this in the
         # reactor's turn, at the limits' defaults 20,000 groups of 5
@@ -197,9 +209,10 @@ class HealthWatch:
                     registered += not member.restored
                     master_live = master_live or broker_id == MASTER_ID
             groups.append(GroupHealth(str(cluster), name, addrs.get(MASTER_ID), master_live, alive, topics,
-                                      write_perm, registered))
+                                      write_perm, registered,
+                                      master_how=None if master_live else _master_how(known_groups, cluster, name)))
         present = {(group.cluster, group.broker) for group in groups}
-        known = self.topology.groups
+        known = known_groups
         groups += [_absent(group) for key, group in known.items() if key not in present]
         groups.sort(key=lambda group: (group.cluster, group.broker))
         writable = dict.fromkeys(sorted(routes.clusterAddrTable.keys() | {cluster for cluster, _ in known}), 0)
@@ -219,4 +232,10 @@ class HealthWatch:
 def _absent(known: KnownGroup) -> GroupHealth:
     master = known.members.get(MASTER_ID)
     return GroupHealth(known.cluster, known.broker, master.addr if master else None, False, 0, 0, 0, 0,
-                       True, known.left, known.how)
+                       True, known.left, known.how, master_how=known.master_how)
+
+
+def _master_how(known: dict[tuple[str, str], KnownGroup], cluster: object, broker: str) -> str | None:
+    """How a routed group's master last left, as the topology remembers it (None: not known)."""
+    group = known.get((str(cluster), broker))
+    return None if group is None else group.master_how

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from ..bodies.route import MASTER_ID
 from .alike import Alike
 from .store import DocumentError, document_items
 
@@ -73,6 +74,10 @@ class KnownGroup(msgspec.Struct):
     #: replaced on a change, so alike ones are one set (``Topology._alike_ids``: a set of its own was
     #: 216 bytes a group, 1 MiB of 5,000 groups)
     up: frozenset[int] = frozenset()
+    #: how its master (brokerId 0) last left, until a master registers again (None): a group whose
+    #: master unregistered while a slave stays is masterless by a clean stop (a cluster stopped master
+    #: first, or started slave first), not by a crash
+    master_how: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -116,6 +121,8 @@ class Topology:
             group = self.groups.get((cluster, broker))
             if group is not None:
                 group.left, group.how = self.clock(), kind
+                if broker_id == MASTER_ID:
+                    group.master_how = kind
                 if broker_id in group.up:
                     group.up = self._alike_ids(group.up - {broker_id})
                 self._changed(group)
@@ -133,6 +140,8 @@ class Topology:
         changed = broker_id not in group.up
         if changed:
             group.up = self._alike_ids(group.up | {broker_id})
+            if broker_id == MASTER_ID:
+                group.master_how = None
         member = group.members.get(broker_id)
         if member is None or member.addr != addr:
             # a slave became master (a controller's election): the routes swap its id with no departure,
@@ -229,7 +238,8 @@ def encode_group(g: KnownGroup) -> str:
     of the registration's); a name with a lone surrogate, which UTF-8 cannot carry, as json.dumps
     escapes it."""
     entry = {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
-             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
+             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up),
+             "master_how": g.master_how}
     try:
         return _ENCODER.encode(entry).decode()
     except UnicodeEncodeError:
@@ -265,6 +275,8 @@ def decode(data: bytes, groups_limit: int = GROUPS_LIMIT,
             for broker_id, addr, since in item["members"]:
                 group.members[int(broker_id)] = Member(int(broker_id), _text(addr), float(since))
             group.up = frozenset(int(broker_id) for broker_id in item.get("up", ()))
+            master_how = item.get("master_how")  # (a file of a version before it: none)
+            group.master_how = None if master_how is None else _text(master_how)
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TopologyFileError(f"group {number}: {type(exc).__name__}: {exc}") from None
         groups[group.key] = group

@@ -171,6 +171,9 @@ class NamesrvCollector(Collector):
         stopped = GaugeMetricFamily("namesrv_broker_group_stopped_cleanly", "1 while a broker group is absent "
                                     "because its last member unregistered (a clean stop, not a crash), else 0",
                                     labels=["cluster", "broker"])
+        master_stopped = GaugeMetricFamily("namesrv_broker_group_master_stopped_cleanly", "1 while a broker group "
+                                           "has no live master because its master unregistered (a clean stop; its "
+                                           "slaves may be up), else 0", labels=["cluster", "broker"])
         groups = health.groups  # made for this read, never changed: its series are made in the thread
 
         def by_group() -> Iterator[Metric]:
@@ -180,10 +183,12 @@ class NamesrvCollector(Collector):
                 absent.add_metric(labels, 1 if group.absent else 0)
                 rejoining.add_metric(labels, 1 if group.rejoining else 0)
                 stopped.add_metric(labels, 1 if group.stopped_cleanly else 0)
+                master_stopped.add_metric(labels, 1 if group.master_stopped_cleanly else 0)
             yield master
             yield absent
             yield rejoining
             yield stopped
+            yield master_stopped
         yield Later(by_group)
         yield GaugeMetricFamily("namesrv_rejoin_window_seconds_left", "Seconds left of the restart's window for "
                                 "brokers to register again (readinessBrokerWait from the start; 0 once over)",
@@ -208,8 +213,9 @@ class NamesrvCollector(Collector):
                                               "is rejoining (namesrv_broker_group_rejoining): its writable groups are "
                                               "not counted yet", labels=["cluster"])
         cluster_stopped = GaugeMetricFamily("namesrv_cluster_stopped_cleanly", "1 while every known broker group "
-                                            "of the cluster stopped cleanly (its last members unregistered): it takes "
-                                            "no writes, and nothing crashed", labels=["cluster"])
+                                            "of the cluster stopped cleanly (its last members unregistered, or its "
+                                            "master with a slave still up): it takes no writes, and nothing "
+                                            "crashed", labels=["cluster"])
         clusters = health.writable_groups  # as health.groups
 
         def by_cluster() -> Iterator[Metric]:
