@@ -79,6 +79,27 @@ def test_every_alert_is_named_for_an_operator_and_unit_tested():
     assert tested == set(alerts)
 
 
+def test_every_alert_links_its_runbook_section():
+    """Whoever is woken up gets a link to what to do: every alert's runbook_url names its own section of
+    docs/operations.md ("### NamesrvDown" under "Alerts: what to do"), and that section names the alert.
+    Before, no alert carried one."""
+    from tests.test_docs import anchors
+
+    operations = REPO / "docs" / "operations.md"
+    text = operations.read_text(encoding="utf-8")
+    runbook = text[text.index("\n## Alerts: what to do\n"):]
+    runbook = runbook[:runbook.index("\n## ", 1)]
+    sections = dict(re.findall(r"^### (\w+)\n\n(.+?)(?=^### |\Z)", runbook, re.MULTILINE | re.DOTALL))
+    for rule in rules():
+        if "alert" not in rule:
+            continue
+        name = rule["alert"]
+        assert rule["annotations"].get("runbook_url") == f"docs/operations.md#{name.lower()}", name
+        assert name.lower() in anchors(operations), name
+        assert name in sections and rule["labels"]["severity"].capitalize() in sections[name], name
+    assert sorted(sections) == sorted(rule["alert"] for rule in rules() if "alert" in rule)
+
+
 def metric_names(expr: str) -> set[str]:
     """The metric names a PromQL expression reads: label matchers, strings, ranges, grouping
     clauses, function names and keywords taken out."""
