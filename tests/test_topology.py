@@ -669,3 +669,37 @@ def test_a_cluster_stopped_master_first_and_started_slave_first_is_a_clean_stop_
     transport.loseConnection()  # the master crashes, its slave up: an outage, no clean stop
     again.clock.advance(0)
     assert seen(again) == (0, 0, 0)
+
+
+def test_a_group_stopped_cleanly_within_the_restarts_window_is_not_expected_back(tmp_path):
+    """Seen with real 5.3.3 brokers: both NameServers restarted (a route snapshot restored broker-b), and
+    broker-b stopped cleanly 40 s later, inside the restart's 45 s window: it was "rejoining" as if due
+    back (NamesrvBrokersRejoining) and /readyz 503 (broker_groups_back) until the window ended. Stopped
+    cleanly, it is not expected back: neither rejoining nor waited for; a group that left otherwise still is."""
+    first = Served(tmp_path)
+    clusters_ab(first)
+    first.service.topology.stopService()  # every group up when it went down
+
+    second = Served(tmp_path, readinessBrokerWait=45_000)
+    second.clock.advance(5)
+    connections = {}
+    for addr, name in ((B1, "broker-b1"), (B2, "broker-b2")):
+        proto, transport = second.connect()
+        register(proto, transport, addr, name, extra={"clusterName": "cB"})
+        connections[name] = transport
+    stop_cleanly(second, B1, "broker-b1", "cB")
+    connections["broker-b1"].loseConnection()
+    connections["broker-b2"].loseConnection()  # broker-b2 crashed: still an outage once the window ends
+    second.clock.advance(5)
+    samples = second.scrape()
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="cB", broker="broker-b1") == 0
+    assert value(samples, "namesrv_broker_group_stopped_cleanly", cluster="cB", broker="broker-b1") == 1
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="cB", broker="broker-b2") == 1
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="c1", broker="broker-a") == 1  # not back yet
+    waiting = second.service.readiness_details()["broker_groups"]["up_before_restart_not_back"]
+    assert waiting == ["c1/broker-a", "cB/broker-b2"], waiting
+    assert not second.service.readiness()["broker_groups_back"]
+    for addr, name, cluster in ((MASTER, "broker-a", "c1"), (B2, "broker-b2", "cB")):
+        proto, transport = second.connect()
+        register(proto, transport, addr, name, extra={"clusterName": cluster})
+    assert second.service.readiness()["broker_groups_back"]  # before: 503 until the window ended (broker-b1)

@@ -158,8 +158,9 @@ class RouteHealth:
 
     @property
     def not_back(self) -> list[GroupHealth]:
-        """Groups up before the restart that are not routed again (neither registered nor restored)."""
-        return [group for group in self.absent if (group.cluster, group.broker) in self.up_before]
+        """Groups up before the restart that are not routed again (neither registered nor restored), and
+        not stopped cleanly since (``expected_back``)."""
+        return [group for group in self.absent if expected_back(group, self.up_before)]
 
     @property
     def back(self) -> int:
@@ -222,11 +223,19 @@ class HealthWatch:
         up_before = frozenset(self.topology.up_at_start)
         left = max(0.0, self.rejoin_left()) if up_before else 0.0
         if left:
-            groups = [replace(group, rejoining=True) if not group.master_live and group.key in up_before else group
+            groups = [replace(group, rejoining=True) if not group.master_live and expected_back(group, up_before)
+                      else group
                       for group in groups]
         by_name = {group.broker: group for group in groups if group.absent}
         by_name.update((group.broker, group) for group in groups if not group.absent)
         return RouteHealth(tuple(groups), writable, by_name, up_before, left)
+
+
+def expected_back(group: GroupHealth, up_before: frozenset[tuple[str, str]]) -> bool:
+    """Whether a group is expected to register again after the restart: it was up when this NameServer
+    went down, and it has not been stopped cleanly since (restored from the route snapshot, then
+    unregistered within the window: it was "rejoining" and /readyz 503 until the window ended)."""
+    return group.key in up_before and not (group.stopped_cleanly or group.master_stopped_cleanly)
 
 
 def _absent(known: KnownGroup) -> GroupHealth:
