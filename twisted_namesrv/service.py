@@ -607,7 +607,9 @@ class NamesrvService(service.MultiService):
 
     def startService(self) -> None:
         tune_gc()
-        warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve)
+        unbound = sum(listener.port is None for listener in self.listeners())
+        warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve,
+                                   (count_open_fds() or 0) + unbound + self.fds.headroom)
         if warning:
             log.warn("{warning}", warning=warning)
         self._lock_and_bind()  # python -m twisted_namesrv starts without the privileged step
