@@ -655,18 +655,25 @@ def test_a_cluster_stopped_master_first_and_started_slave_first_is_a_clean_stop_
     assert [(g["broker_name"], g["master_stopped_cleanly"]) for g in outages["broker_groups_without_master"]
             if not g["absent"]] == [("broker-a", True)]  # the page says it in amber, not red
     unregister(first, B1, "broker-a", "1")
-    assert seen(first) == (1, 0, 1)
+    assert seen(first) == (0, 0, 1)  # absent now, its last member unregistered: stopped_cleanly says it
     first.service.topology.stopService()
 
     again = Served(tmp_path)  # the NameServers started last: the slave registers first
-    proto, transport = again.connect()
-    register(proto, transport, B1, "broker-a", extra={"clusterName": "cA", "brokerId": "1"})
+    slave = again.connect()
+    register(*slave, B1, "broker-a", extra={"clusterName": "cA", "brokerId": "1"})
     assert seen(again) == (1, 0, 1)
     proto, transport = again.connect()
     register(proto, transport, MASTER, "broker-a", extra={"clusterName": "cA", "brokerId": "0"})
     assert seen(again) == (0, 1, 0)
 
     transport.loseConnection()  # the master crashes, its slave up: an outage, no clean stop
+    again.clock.advance(0)
+    assert seen(again) == (0, 0, 0)
+    proto, transport = again.connect()
+    register(proto, transport, MASTER, "broker-a", extra={"clusterName": "cA", "brokerId": "0"})
+    unregister(again, MASTER, "broker-a", "0")  # back, then stopped cleanly ...
+    assert seen(again) == (1, 0, 1)
+    slave[1].loseConnection()  # ... then its slave crashes: the group absent by a crash, the cluster too
     again.clock.advance(0)
     assert seen(again) == (0, 0, 0)
 

@@ -73,10 +73,11 @@ class GroupHealth:
 
     @property
     def master_stopped_cleanly(self) -> bool:
-        """No live master because the master unregistered (a clean stop), its slaves maybe still up: a
-        cluster stopped master first, or started again slave first, is masterless for the seconds
-        between, on purpose."""
-        return not self.master_live and self.master_how == CLEAN_STOP
+        """No live master because the master unregistered (a clean stop) while a slave is up: a cluster
+        stopped master first, or started again slave first, is masterless for the seconds between, on
+        purpose.  An absent group is told by how its *last* member left (``stopped_cleanly``): a slave
+        that crashed after its master's clean stop is a crash."""
+        return not self.master_live and not self.absent and self.master_how == CLEAN_STOP
 
     @property
     def stopped_cleanly(self) -> bool:

@@ -172,8 +172,8 @@ class NamesrvCollector(Collector):
                                     "because its last member unregistered (a clean stop, not a crash), else 0",
                                     labels=["cluster", "broker"])
         master_stopped = GaugeMetricFamily("namesrv_broker_group_master_stopped_cleanly", "1 while a broker group "
-                                           "has no live master because its master unregistered (a clean stop; its "
-                                           "slaves may be up), else 0", labels=["cluster", "broker"])
+                                           "has no live master because its master unregistered (a clean stop) and a "
+                                           "slave is up, else 0", labels=["cluster", "broker"])
         groups = health.groups  # made for this read, never changed: its series are made in the thread
 
         def by_group() -> Iterator[Metric]:
