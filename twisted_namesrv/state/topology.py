@@ -238,8 +238,9 @@ def encode_group(g: KnownGroup) -> str:
     of the registration's); a name with a lone surrogate, which UTF-8 cannot carry, as json.dumps
     escapes it."""
     entry = {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
-             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up),
-             "master_how": g.master_how}
+             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
+    if g.master_how is not None:  # (only then: every other entry as before it)
+        entry["master_how"] = g.master_how
     try:
         return _ENCODER.encode(entry).decode()
     except UnicodeEncodeError:
