@@ -39,6 +39,15 @@ def test_the_warning_names_the_limit_the_key_and_the_fix(monkeypatch):
     assert fd_limit_warning(10**9) is None
 
 
+def test_the_warning_leaves_out_the_descriptors_the_server_holds(monkeypatch):
+    """Under ulimit -n 64 the start said "past about 48 connections" and 23 got in: the 16 kept for the
+    stores were left out, the ~25 the server holds itself (its files, its ports, the HTTP port's
+    headroom) were not."""
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (64, 64))
+    assert "past about 23 connections new peers are refused" in fd_limit_warning(10_000, 16, held=25)
+    assert "past about 0 connections" in fd_limit_warning(10_000, 16, held=60)
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_start_below_the_limit_warns(tmp_path):
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

@@ -528,6 +528,26 @@ def test_logrotate_copytruncate_leaves_no_hole_and_the_next_line_first(tmp_path,
     assert copied.count(b"\n") == 50 and writer.lost == {}
 
 
+@pytest.mark.parametrize("rotate", ["128MB", "daily"])
+def test_a_line_the_run_before_cut_is_ended_before_this_runs_first(tmp_path, rotate):
+    """The data disk filled under the log, then the server stopped: its last line was cut, and the next
+    run's first line was glued to it ("... /tmp/sre18/fu2026-12-01T02:34:47+0000 [-] RemotingFactory
+    starting on 9976"), a line no shipper parses and the start's line not found by grep."""
+    (tmp_path / "namesrv.log").write_bytes(b"whole line\ncut by a full disk at 60 % of its le")
+    log = open_log_file(str(tmp_path / "namesrv.log"), rotate)
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    writer(_line("this run's first", 1100.0))
+    writer(_line("its second", 1101.0))
+    lines = (tmp_path / "namesrv.log").read_text().splitlines()
+    assert lines[:2] == ["whole line", "cut by a full disk at 60 % of its le"], lines
+    assert lines[2].endswith("this run's first") and lines[3].endswith("its second") and len(lines) == 4
+    log.close()
+    (tmp_path / "namesrv.log").write_bytes(b"ended\n")  # a whole last line: nothing added
+    log = open_log_file(str(tmp_path / "namesrv.log"), rotate)
+    LineWriter(log, event_as_text_line, warn=lambda text: None)(_line("next", 1200.0))
+    assert (tmp_path / "namesrv.log").read_text().splitlines()[1].endswith("next")
+
+
 def test_a_copytruncated_log_rotates_by_its_size_not_by_what_was_written_before(tmp_path):
     """The size the file rotates at is the file's: after a copytruncate the server's own count of
     what it wrote would rotate a file that had just been emptied."""

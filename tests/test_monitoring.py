@@ -56,7 +56,7 @@ def run_promtool(*args: str) -> str:
 
 
 def test_promtool_checks_the_rules_and_the_config():
-    assert "SUCCESS: 29 rules found" in run_promtool("check", "rules", RULES.name)
+    assert "SUCCESS: 31 rules found" in run_promtool("check", "rules", RULES.name)
     assert "is valid prometheus config file syntax" in run_promtool("check", "config", "prometheus.yml")
 
 
@@ -77,6 +77,27 @@ def test_every_alert_is_named_for_an_operator_and_unit_tested():
         assert rule["annotations"]["summary"], name
     tested = set(re.findall(r"alertname: (\w+)", (MONITORING / "namesrv-alerts.test.yaml").read_text()))
     assert tested == set(alerts)
+
+
+def test_every_alert_links_its_runbook_section():
+    """Whoever is woken up gets a link to what to do: every alert's runbook_url names its own section of
+    docs/operations.md ("### NamesrvDown" under "Alerts: what to do"), and that section names the alert.
+    Before, no alert carried one."""
+    from tests.test_docs import anchors
+
+    operations = REPO / "docs" / "operations.md"
+    text = operations.read_text(encoding="utf-8")
+    runbook = text[text.index("\n## Alerts: what to do\n"):]
+    runbook = runbook[:runbook.index("\n## ", 1)]
+    sections = dict(re.findall(r"^### (\w+)\n\n(.+?)(?=^### |\Z)", runbook, re.MULTILINE | re.DOTALL))
+    for rule in rules():
+        if "alert" not in rule:
+            continue
+        name = rule["alert"]
+        assert rule["annotations"].get("runbook_url") == f"docs/operations.md#{name.lower()}", name
+        assert name.lower() in anchors(operations), name
+        assert name in sections and rule["labels"]["severity"].capitalize() in sections[name], name
+    assert sorted(sections) == sorted(rule["alert"] for rule in rules() if "alert" in rule)
 
 
 def metric_names(expr: str) -> set[str]:
@@ -141,8 +162,9 @@ def served(name: str, live: tuple[set[str], set[str]]) -> bool:
                for suffix in ("_total", "_bucket", "_count", "_sum"))  # a family without samples yet
 
 
-#: series Prometheus itself writes for every target (a NameServer does not serve them)
-PROMETHEUS_OWN = {"up"}
+#: series Prometheus itself writes (a NameServer does not serve them): every target's ``up``, and the
+#: alerts' own state (NamesrvDown keeps naming a NameServer down past its rule's hour)
+PROMETHEUS_OWN = {"up", "ALERTS"}
 
 
 def test_every_metric_the_alerts_query_is_served(live_metrics):

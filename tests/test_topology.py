@@ -259,7 +259,8 @@ def test_a_write_encodes_only_the_groups_that_changed_since(monkeypatch):
     def whole(t: Topology) -> bytes:  # the file's format, encoded at once
         return dumps({"format": 1, "groups": [
             {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
-             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up)}
+             "members": [[m.broker_id, m.addr, m.since] for m in g.members.values()], "up": sorted(g.up),
+             **({"master_how": g.master_how} if g.master_how else {})}
             for g in t.groups.values()]}, separators=(",", ":")).encode()
     assert encode(topology) == whole(topology)
     before = topology.copy()
@@ -615,3 +616,97 @@ def test_a_restart_logs_how_the_groups_it_expects_were_left(tmp_path):
     assert line.endswith("3 broker groups of 1 clusters expected, as last seen: 1 up when it last stopped, expected "
                          "to register again; absent before it: 1 left (expired): cA/b; 1 stopped cleanly "
                          "(unregistered): cA/a"), line
+
+
+def test_a_cluster_stopped_master_first_and_started_slave_first_is_a_clean_stop_throughout(tmp_path):
+    """Seen with real 5.3.3 brokers (broker-a, its slave broker-a-s, broker-b): the cluster stopped in
+    order, broker-b, then broker-a's master, then its slave, left broker-a with its slave alone for
+    the seconds between, and started again with the NameServers last, its slave registered 6 s before
+    its master. Both times the group had a member and no live master and the cluster nothing
+    writable, not "stopped cleanly": NamesrvBrokerGroupWithoutMaster and NamesrvClusterNothingWritable
+    paged (critical) for a shutdown and a start made on purpose. Now the master's own clean stop is
+    remembered (across a restart too) until a master registers, and the cluster counts as stopped
+    cleanly; a master that crashed while its slave runs is no clean stop."""
+    first = Served(tmp_path)
+    first.service.topology.startService()
+    connections = {}
+    for addr, name, broker_id in ((MASTER, "broker-a", "0"), (B1, "broker-a", "1"), (B2, "broker-b", "0")):
+        proto, transport = first.connect()
+        register(proto, transport, addr, name, extra={"clusterName": "cA", "brokerId": broker_id})
+        connections[addr] = (proto, transport)
+
+    def unregister(served: Served, addr: str, name: str, broker_id: str) -> None:
+        answer, _ = ask(served, RequestCode.UNREGISTER_BROKER, {"clusterName": "cA", "brokerAddr": addr,
+                                                                "brokerName": name, "brokerId": broker_id},
+                        account=None)
+        assert answer.code == ResponseCode.SUCCESS
+
+    def seen(served: Served) -> tuple[float, float, float]:
+        samples = served.scrape()
+        return (value(samples, "namesrv_broker_group_master_stopped_cleanly", cluster="cA", broker="broker-a"),
+                value(samples, "namesrv_broker_group_master_live", cluster="cA", broker="broker-a"),
+                value(samples, "namesrv_cluster_stopped_cleanly", cluster="cA"))
+
+    unregister(first, B2, "broker-b", "0")
+    unregister(first, MASTER, "broker-a", "0")  # the master before its slave
+    assert seen(first) == (1, 0, 1)
+    outages = first.api.clusters()["outages"]
+    assert outages["clusters_stopped_cleanly"] == ["cA"]
+    assert [(g["broker_name"], g["master_stopped_cleanly"]) for g in outages["broker_groups_without_master"]
+            if not g["absent"]] == [("broker-a", True)]  # the page says it in amber, not red
+    unregister(first, B1, "broker-a", "1")
+    assert seen(first) == (0, 0, 1)  # absent now, its last member unregistered: stopped_cleanly says it
+    first.service.topology.stopService()
+
+    again = Served(tmp_path)  # the NameServers started last: the slave registers first
+    slave = again.connect()
+    register(*slave, B1, "broker-a", extra={"clusterName": "cA", "brokerId": "1"})
+    assert seen(again) == (1, 0, 1)
+    proto, transport = again.connect()
+    register(proto, transport, MASTER, "broker-a", extra={"clusterName": "cA", "brokerId": "0"})
+    assert seen(again) == (0, 1, 0)
+
+    transport.loseConnection()  # the master crashes, its slave up: an outage, no clean stop
+    again.clock.advance(0)
+    assert seen(again) == (0, 0, 0)
+    proto, transport = again.connect()
+    register(proto, transport, MASTER, "broker-a", extra={"clusterName": "cA", "brokerId": "0"})
+    unregister(again, MASTER, "broker-a", "0")  # back, then stopped cleanly ...
+    assert seen(again) == (1, 0, 1)
+    slave[1].loseConnection()  # ... then its slave crashes: the group absent by a crash, the cluster too
+    again.clock.advance(0)
+    assert seen(again) == (0, 0, 0)
+
+
+def test_a_group_stopped_cleanly_within_the_restarts_window_is_not_expected_back(tmp_path):
+    """Seen with real 5.3.3 brokers: both NameServers restarted (a route snapshot restored broker-b), and
+    broker-b stopped cleanly 40 s later, inside the restart's 45 s window: it was "rejoining" as if due
+    back (NamesrvBrokersRejoining) and /readyz 503 (broker_groups_back) until the window ended. Stopped
+    cleanly, it is not expected back: neither rejoining nor waited for; a group that left otherwise still is."""
+    first = Served(tmp_path)
+    clusters_ab(first)
+    first.service.topology.stopService()  # every group up when it went down
+
+    second = Served(tmp_path, readinessBrokerWait=45_000)
+    second.clock.advance(5)
+    connections = {}
+    for addr, name in ((B1, "broker-b1"), (B2, "broker-b2")):
+        proto, transport = second.connect()
+        register(proto, transport, addr, name, extra={"clusterName": "cB"})
+        connections[name] = transport
+    stop_cleanly(second, B1, "broker-b1", "cB")
+    connections["broker-b1"].loseConnection()
+    connections["broker-b2"].loseConnection()  # broker-b2 crashed: still an outage once the window ends
+    second.clock.advance(5)
+    samples = second.scrape()
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="cB", broker="broker-b1") == 0
+    assert value(samples, "namesrv_broker_group_stopped_cleanly", cluster="cB", broker="broker-b1") == 1
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="cB", broker="broker-b2") == 1
+    assert value(samples, "namesrv_broker_group_rejoining", cluster="c1", broker="broker-a") == 1  # not back yet
+    waiting = second.service.readiness_details()["broker_groups"]["up_before_restart_not_back"]
+    assert waiting == ["c1/broker-a", "cB/broker-b2"], waiting
+    assert not second.service.readiness()["broker_groups_back"]
+    for addr, name, cluster in ((MASTER, "broker-a", "c1"), (B2, "broker-b2", "cB")):
+        proto, transport = second.connect()
+        register(proto, transport, addr, name, extra={"clusterName": cluster})
+    assert second.service.readiness()["broker_groups_back"]  # before: 503 until the window ended (broker-b1)

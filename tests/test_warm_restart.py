@@ -70,12 +70,42 @@ def test_a_failed_forked_write_is_logged_and_retried(tmp_path):
     with capturedLogs() as events:
         world.clock.advance(INTERVAL)
         snapshots.finish_write()
-    assert any("cannot write route snapshot" in formatEvent(e) and "Error" in formatEvent(e) for e in events)
+    assert any("cannot write route snapshot" in formatEvent(e) and "EISDIR" in formatEvent(e) for e in events)
     (tmp_path / "routes.json").rmdir()
     world.clock.advance(INTERVAL)  # nothing changed since, yet the failed write is tried again
     snapshots.finish_write()
     assert sorted(json.loads((tmp_path / "routes.json").read_bytes())["brokerAddrTable"]) == ["broker-a"]
     snapshots.stopService()
+
+
+def test_failed_writes_are_counted_and_said_once_per_spell(tmp_path):
+    """A full disk under the snapshot: every failed write counted by its errno (NamesrvStoreNotWritten
+    reads it), one error line for the spell rather than one per check, one line when a write succeeds
+    again; the stop's own write (in the foreground) is counted too. Before, each check logged an error
+    and nothing was counted: no alert while the file aged past routeSnapshotMaxAge."""
+    world, snapshots, broker, transport = started(tmp_path)
+    (tmp_path / "routes.json").mkdir()  # the rename fails (EISDIR) as a full disk's write does (ENOSPC)
+    with capturedLogs() as events:
+        for _ in range(3):
+            world.clock.advance(INTERVAL)
+            snapshots.finish_write()
+    said = [formatEvent(e) for e in events if "route snapshot" in formatEvent(e)]
+    assert len(said) == 1 and "cannot write route snapshot" in said[0] and "EISDIR" in said[0], said
+    samples = world.scrape()
+    assert value(samples, "namesrv_store_write_failures_total", store="routeSnapshotPath", error="EISDIR") == 3
+    assert value(samples, "namesrv_store_write_failures_total", store="routeSnapshotPath", error="ENOSPC") == 0
+    assert ("namesrv_store_write_failures_total", (("error", "ENOSPC"), ("store", "routeSnapshotPath"))) in samples
+    (tmp_path / "routes.json").rmdir()
+    with capturedLogs() as events:
+        world.clock.advance(INTERVAL)
+        snapshots.finish_write()
+        world.clock.advance(INTERVAL)  # nothing new: a stamp, nothing said
+    assert [formatEvent(e) for e in events] == [f"route snapshot {tmp_path / 'routes.json'} written again"]
+    os.remove(tmp_path / "routes.json")
+    (tmp_path / "routes.json").mkdir()
+    register(broker, transport, name="broker-b", addr="10.0.9.9:10911")  # a change for the stop to write
+    snapshots.stopService()
+    assert world.service.metrics.store_failures["routeSnapshotPath", "EISDIR"] == 4
 
 
 def test_a_restart_serves_the_snapshot_until_brokers_expire(tmp_path):

@@ -236,16 +236,18 @@ class FdBudget:
         return (self.limit or 0) - self.counted - self.admitted
 
 
-def fd_limit_warning(max_connections: int, margin: int = DEFAULT_FD_RESERVE) -> str | None:
+def fd_limit_warning(max_connections: int, margin: int = DEFAULT_FD_RESERVE, held: int = 0) -> str | None:
     """The warning when RLIMIT_NOFILE's soft limit is below maxConnections + ``margin`` (fdReserve:
-    the descriptors kept for the stores, FdBudget), else None."""
+    the descriptors kept for the stores, FdBudget), else None; ``held``: the descriptors the server
+    holds or keeps whatever the peers (open now, its ports, the HTTP port's headroom), left out of the
+    connections it names (under ulimit -n 64 it said "about 48" and 23 got in)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if not max_connections or soft == resource.RLIM_INFINITY or soft >= max_connections + margin:
         return None
     return (f"open-file limit (ulimit -n) is {soft}, below maxConnections={max_connections} + {margin}: past about "
-            f"{max(0, soft - margin)} connections new peers are refused (fd_reserve), the rest kept for the stores; "
-            f"raise it (ulimit -n {max_connections + margin}, systemd LimitNOFILE=; hard limit {_shown(hard)}) or "
-            f"lower maxConnections")
+            f"{max(0, soft - margin - held)} connections new peers are refused (fd_reserve), the rest kept for the "
+            f"stores; raise it (ulimit -n {max_connections + margin}, systemd LimitNOFILE=; hard limit "
+            f"{_shown(hard)}) or lower maxConnections")
 
 
 def _shown(limit: int) -> str:

@@ -117,6 +117,8 @@ class _Whole:
         descriptor = self._file.fileno()
         fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) | os.O_APPEND)
         self._file = WholeWrites(self._file)
+        self._file.cut = _ends_mid_line(descriptor)
+
 
     def reopen(self) -> None:
         """The file at the path opened again (SIGUSR1: reopen_on_usr1).  Twisted's reopen deletes its
@@ -132,6 +134,18 @@ class _Whole:
         if self._file.closed:
             self._openFile()  # still failing: an OSError, the line lost and counted (LineWriter)
         super().write(data)  # type: ignore[misc]
+
+
+def _ends_mid_line(descriptor: int) -> bool:
+    """Whether the file opened ends in the middle of a line: the run before this one cut its last line
+    (the disk filled, then it stopped or was killed), and this run's first line would be glued to it
+    (seen on a full tmpfs: "cannot save file /tmp/.../fu2026-12-01T02:34:47+0000 [-] RemotingFactory
+    starting"); the first write then starts with a newline, as after a cut in this run."""
+    try:
+        size = os.fstat(descriptor).st_size
+        return size > 0 and os.pread(descriptor, 1, size - 1) != b"\n"
+    except OSError:  # not readable (opened for writing only): as before
+        return False
 
 
 class SizedLogFile(_Whole, logfile.LogFile):

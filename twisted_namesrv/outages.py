@@ -68,6 +68,16 @@ class GroupHealth:
     #: up when this NameServer last saved its topology, no live master yet, and the restart's window
     #: for brokers to register again is not over: expected back, not (yet) an outage
     rejoining: bool = False
+    #: how its master (brokerId 0) last left, while it has no live master (KnownGroup.master_how)
+    master_how: str | None = None
+
+    @property
+    def master_stopped_cleanly(self) -> bool:
+        """No live master because the master unregistered (a clean stop) while a slave is up: a cluster
+        stopped master first, or started again slave first, is masterless for the seconds between, on
+        purpose.  An absent group is told by how its *last* member left (``stopped_cleanly``): a slave
+        that crashed after its master's clean stop is a crash."""
+        return not self.master_live and not self.absent and self.master_how == CLEAN_STOP
 
     @property
     def stopped_cleanly(self) -> bool:
@@ -108,10 +118,12 @@ class RouteHealth:
     def clusters_stopped_cleanly(self) -> list[str]:
         """Clusters every known group of which stopped cleanly (a whole cluster shut down on
         purpose, as ``mqshutdown broker`` on each host does): nothing can be written to it, and
-        nothing crashed."""
+        nothing crashed.  A group whose master unregistered while a slave is still up counts: the
+        same shutdown, master first (or the start again, slave first)."""
         clusters: dict[str, bool] = {}
         for group in self.groups:
-            clusters[group.cluster] = clusters.get(group.cluster, True) and group.stopped_cleanly
+            clean = group.stopped_cleanly or group.master_stopped_cleanly
+            clusters[group.cluster] = clusters.get(group.cluster, True) and clean
         return sorted(cluster for cluster, stopped in clusters.items() if stopped)
 
     #: broker name -> its group (the page looks each group up)
@@ -147,8 +159,9 @@ class RouteHealth:
 
     @property
     def not_back(self) -> list[GroupHealth]:
-        """Groups up before the restart that are not routed again (neither registered nor restored)."""
-        return [group for group in self.absent if (group.cluster, group.broker) in self.up_before]
+        """Groups up before the restart that are not routed again (neither registered nor restored), and
+        not stopped cleanly since (``expected_back``)."""
+        return [group for group in self.absent if expected_back(group, self.up_before)]
 
     @property
     def back(self) -> int:
@@ -182,6 +195,7 @@ class HealthWatch:
         live, topics_of, writable_of, sealed_of = (routes.brokerLiveTable, routes.topicsOfGroup,
                                                    routes.writableOfGroup, routes.sealedOfGroup)
         groups = []
+        known_groups = self.topology.groups
         live_key = routes.live_key
         # one walk of each group's members, no call but the lookups: /metrics reads this in the
         # reactor's turn, at the limits' defaults 20,000 groups of 5
@@ -197,9 +211,10 @@ class HealthWatch:
                     registered += not member.restored
                     master_live = master_live or broker_id == MASTER_ID
             groups.append(GroupHealth(str(cluster), name, addrs.get(MASTER_ID), master_live, alive, topics,
-                                      write_perm, registered))
+                                      write_perm, registered,
+                                      master_how=None if master_live else _master_how(known_groups, cluster, name)))
         present = {(group.cluster, group.broker) for group in groups}
-        known = self.topology.groups
+        known = known_groups
         groups += [_absent(group) for key, group in known.items() if key not in present]
         groups.sort(key=lambda group: (group.cluster, group.broker))
         writable = dict.fromkeys(sorted(routes.clusterAddrTable.keys() | {cluster for cluster, _ in known}), 0)
@@ -209,14 +224,28 @@ class HealthWatch:
         up_before = frozenset(self.topology.up_at_start)
         left = max(0.0, self.rejoin_left()) if up_before else 0.0
         if left:
-            groups = [replace(group, rejoining=True) if not group.master_live and group.key in up_before else group
+            groups = [replace(group, rejoining=True) if not group.master_live and expected_back(group, up_before)
+                      else group
                       for group in groups]
         by_name = {group.broker: group for group in groups if group.absent}
         by_name.update((group.broker, group) for group in groups if not group.absent)
         return RouteHealth(tuple(groups), writable, by_name, up_before, left)
 
 
+def expected_back(group: GroupHealth, up_before: frozenset[tuple[str, str]]) -> bool:
+    """Whether a group is expected to register again after the restart: it was up when this NameServer
+    went down, and it has not been stopped cleanly since (restored from the route snapshot, then
+    unregistered within the window: it was "rejoining" and /readyz 503 until the window ended)."""
+    return group.key in up_before and not (group.stopped_cleanly or group.master_stopped_cleanly)
+
+
 def _absent(known: KnownGroup) -> GroupHealth:
     master = known.members.get(MASTER_ID)
     return GroupHealth(known.cluster, known.broker, master.addr if master else None, False, 0, 0, 0, 0,
-                       True, known.left, known.how)
+                       True, known.left, known.how, master_how=known.master_how)
+
+
+def _master_how(known: dict[tuple[str, str], KnownGroup], cluster: object, broker: str) -> str | None:
+    """How a routed group's master last left, as the topology remembers it (None: not known)."""
+    group = known.get((str(cluster), broker))
+    return None if group is None else group.master_how

@@ -308,7 +308,8 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
             snapshots = RouteSnapshotService(state.routes, config["routeSnapshotPath"], reactor,
                                              config["routeSnapshotInterval"] / 1000,
                                              max_age=config["routeSnapshotMaxAge"] / 1000,
-                                             load_refusals=metrics.store_load_refusals)
+                                             load_refusals=metrics.store_load_refusals,
+                                             failures=metrics.store_failures)
             snapshots.load()
             topology.topology.seed(restored_members(state.routes))  # a snapshot older than the memory's file
         wrap = listen_with(config)  # a bad TLS setup fails here
@@ -606,7 +607,9 @@ class NamesrvService(service.MultiService):
 
     def startService(self) -> None:
         tune_gc()
-        warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve)
+        unbound = sum(listener.port is None for listener in self.listeners())
+        warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve,
+                                   (count_open_fds() or 0) + unbound + self.fds.headroom)
         if warning:
             log.warn("{warning}", warning=warning)
         self._lock_and_bind()  # python -m twisted_namesrv starts without the privileged step

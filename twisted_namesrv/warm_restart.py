@@ -20,6 +20,13 @@ minutes old as "current in an hour" and served it).  So is one whose tables pass
 held to (maxBrokerGroups, maxBrokers, maxBrokersPerGroup, maxTopicsPerBroker, maxTopicQueueEntries,
 maxNameLength: written under larger limits, or crafted), counted as ``reason="over_limits"``.
 
+A write that fails (a full disk, a read-only remount, no descriptor left) is counted in
+``namesrv_store_write_failures_total{store="routeSnapshotPath",error}`` (NamesrvStoreNotWritten) and
+logged once per failing spell, then once when a write succeeds again: tried at every check, it was an
+error line every ``routeSnapshotInterval`` and no count at all, while the file aged past
+``routeSnapshotMaxAge`` (its mtime is stamped only once a write succeeds), so a restart then started
+empty with nothing having said why before it.
+
 Encoding a big table takes long enough to stall every client, so the periodic write runs in a
 forked child (as Redis' BGSAVE does): it sees the routes as they were at the fork, writes them
 atomically and exits; the reactor only forks and reaps.  One child at a time; the stop writes
@@ -41,7 +48,7 @@ from twisted.logger import Logger
 
 from .bodies.register import RegistrationRefused
 from .hangup import default_hangup
-from .state.files import NotRegularFile, read_regular
+from .state.files import UNKNOWN_ERRNO, NotRegularFile, errno_name, read_regular
 from .state.routes import RouteInfoManager
 from .state.snapshot import SnapshotError, export_routes, import_routes
 from .state.store import DocumentError, load_document, set_aside, write_atomically
@@ -63,6 +70,8 @@ class _Writer:
 #: seconds an mtime may be ahead of the clock before the snapshot's age is unknown: the stamp is the
 #: same host's clock, so only a step back (or a file copied from another host) puts it further ahead
 CLOCK_SLACK = 1.0
+#: the store's name in namesrv_store_write_failures_total's ``store`` label (the key that names the file)
+STORE = "routeSnapshotPath"
 
 
 class RouteSnapshotService(StepTimerService):
@@ -71,7 +80,8 @@ class RouteSnapshotService(StepTimerService):
 
     def __init__(self, routes: RouteInfoManager, path: str, clock: interfaces.IReactorTime, interval: float,
                  background: bool = hasattr(os, "fork"), max_age: float = 0.0,
-                 load_refusals: Counter[tuple[str, str]] | None = None) -> None:
+                 load_refusals: Counter[tuple[str, str]] | None = None,
+                 failures: Counter[tuple[str, str]] | None = None) -> None:
         super().__init__(interval, self.write_if_changed, clock)
         self.routes = routes
         self.path = Path(path)
@@ -79,6 +89,9 @@ class RouteSnapshotService(StepTimerService):
         #: seconds; a snapshot confirmed current longer ago than this is not served (0: any age)
         self.max_age = max_age
         self.load_refusals = Counter() if load_refusals is None else load_refusals
+        #: failed writes by (STORE, errno name): namesrv_store_write_failures_total
+        self.failures = Counter() if failures is None else failures
+        self._failing = False  # a write failed and none has succeeded since: said once
         self._clock = clock
         self._written: tuple[int, int] | None = None
         self._writer: _Writer | None = None
@@ -147,10 +160,9 @@ class RouteSnapshotService(StepTimerService):
             try:
                 self._write()
             except OSError as exc:
-                log.error("cannot write route snapshot {path}: {error}", path=str(self.path), error=exc)
+                self._failed(_error_name(exc), str(exc))
                 return
-            self._written = version
-            self._stamp()
+            self._succeeded(version)
             return
         self._writer = self._fork_writer(version)
         self._clock.callLater(CHILD_POLL, self._poll_writer)
@@ -164,7 +176,24 @@ class RouteSnapshotService(StepTimerService):
             pass  # not written yet, or not writable: the next write says so
 
     def _write(self) -> None:
-        write_atomically(self.path, json.dumps(export_routes(self.routes), separators=(",", ":")).encode())
+        write_atomically(self.path, json.dumps(export_routes(self.routes), separators=(",", ":")).encode(), STORE)
+
+    def _failed(self, error: str, message: str) -> None:
+        """A write that failed: counted, and said once per failing spell (tried again at every check)."""
+        self.failures[STORE, error] += 1
+        if not self._failing:
+            log.error("cannot write route snapshot {path}: {error}; tried again at every check, said again once "
+                      "written: a restart meanwhile serves the last one written only while it is within "
+                      "routeSnapshotMaxAge of its last write, else starts with empty routes", path=str(self.path),
+                      error=message)
+        self._failing = True
+
+    def _succeeded(self, version: tuple[int, int]) -> None:
+        self._written = version
+        self._stamp()
+        if self._failing:
+            log.info("route snapshot {path} written again", path=str(self.path))
+        self._failing = False
 
     def _fork_writer(self, version: tuple[int, int]) -> _Writer:
         errors, report = os.pipe()
@@ -180,7 +209,7 @@ class RouteSnapshotService(StepTimerService):
                 self._write()
                 status = 0
             except BaseException as exc:  # noqa: BLE001 - whatever it is, the parent logs it
-                os.write(report, f"{type(exc).__name__}: {exc}".encode(errors="replace")[:4000])
+                os.write(report, f"{_error_name(exc)} {exc}".encode(errors="replace")[:4000])
             finally:
                 os._exit(status)
         os.close(report)
@@ -203,11 +232,12 @@ class RouteSnapshotService(StepTimerService):
         os.close(writer.errors)
         code = os.waitstatus_to_exitcode(status)
         if code == 0:
-            self._written = writer.version
-            self._stamp()
+            self._succeeded(writer.version)
         else:
-            log.error("cannot write route snapshot {path}: {error}", path=str(self.path),
-                      error=error or f"the writing child ended with status {code}")
+            name, _, message = error.partition(" ")  # the child's report: "ENOSPC cannot save ..."
+            if not message:  # killed before it could say
+                name, message = UNKNOWN_ERRNO, f"the writing child ended with status {code}"
+            self._failed(name, message)
         return True
 
     def stopService(self):
@@ -215,3 +245,9 @@ class RouteSnapshotService(StepTimerService):
         self.finish_write()
         self.write_if_changed(background=False)
         return stopped
+
+
+def _error_name(exc: BaseException) -> str:
+    """The ``error`` label of a failed write: its errno's name (ENOSPC, EROFS...), else UNKNOWN_ERRNO (no
+    errno: the routes could not be encoded, no memory; a child killed before it could say)."""
+    return errno_name(exc) if isinstance(exc, OSError) else UNKNOWN_ERRNO

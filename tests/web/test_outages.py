@@ -85,9 +85,11 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
               "stopped_cleanly": True, "rejoining": False}
     assert clusters["outages"] == {
         "broker_groups_without_master": [{"cluster": "c1", "broker_name": "broker-a", "live_members": 1,
-                                          "master_addr": None, "absent": None, "rejoining": False},
+                                          "master_addr": None, "absent": None, "rejoining": False,
+                                          "master_stopped_cleanly": False},  # killed
                                          {"cluster": "c1", "broker_name": "broker-b", "live_members": 0,
-                                          "master_addr": B_MASTER, "absent": absent, "rejoining": False}],
+                                          "master_addr": B_MASTER, "absent": absent, "rejoining": False,
+                                          "master_stopped_cleanly": False}],  # absent: stopped_cleanly says it
         "clusters_without_writable_queues": ["c1"],
         "clusters_stopped_cleanly": [],  # broker-a did not stop: c1 is an outage
         "broker_groups_absent": [{"cluster": "c1", "broker_name": "broker-b", **absent}],

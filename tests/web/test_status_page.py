@@ -367,6 +367,30 @@ def test_a_cluster_stopped_cleanly_is_amber_and_says_so_across_a_restart(tmp_pat
 
 
 @pytest_twisted.inlineCallbacks
+def test_a_master_stopped_cleanly_while_its_slave_runs_is_amber(tmp_path):
+    """A cluster stopped master first (or started again slave first) leaves a group with its slave and
+    no master for seconds: the page said in red that it "has no live master (1 slave left, read-only)",
+    as for a crash. Now amber, naming the clean stop; a master that crashed stays red (the test below)."""
+    browser = chromium()
+    night = Night(tmp_path)
+    yield night.start()
+    master = yield night.broker("broker-a", "127.0.0.1:10911")
+    yield night.broker("broker-a", "127.0.0.1:10921", broker_id=1)
+    yield night.broker("broker-b", "127.0.0.1:10931")
+    ext = {"clusterName": CLUSTER, "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": "0"}
+    answer = yield master.call(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext, opaque=9, version=V5_3_3))
+    assert answer.code == ResponseCode.SUCCESS
+    master.transport.loseConnection()
+    text = yield rendered_then_stopped(browser, tmp_path, night)
+    attributes, status_line = row(text, "id", "status", "div")
+    assert 'class="warn"' in attributes and status_line.startswith(
+        f"{CLUSTER} / broker-a: its master stopped cleanly (unregistered), 1 slave left, read-only: nothing can "
+        "be written to it until the master is back"), status_line
+    attributes, _ = row(text, "id", "outages", "div")
+    assert "hidden" in attributes, attributes
+
+
+@pytest_twisted.inlineCallbacks
 def test_the_page_names_a_group_without_master_and_a_cluster_that_takes_no_writes(tmp_path):
     """Issue 40's outage: broker-a's master killed (its connection closes), broker-b stopped
     (unregistered). The page says so above everything, in red; the slave is read-only; the crash

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from ..bodies.route import MASTER_ID
 from .alike import Alike
 from .store import DocumentError, document_items
 
@@ -74,6 +75,10 @@ class KnownGroup(msgspec.Struct):
     #: replaced on a change, so alike ones are one set (``Topology._alike_ids``: a set of its own was
     #: 216 bytes a group, 1 MiB of 5,000 groups)
     up: frozenset[int] = frozenset()
+    #: how its master (brokerId 0) last left, until a master registers again (None): a group whose
+    #: master unregistered while a slave stays is masterless by a clean stop (a cluster stopped master
+    #: first, or started slave first), not by a crash
+    master_how: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -117,6 +122,8 @@ class Topology:
             group = self.groups.get((cluster, broker))
             if group is not None:
                 group.left, group.how = self.clock(), kind
+                if broker_id == MASTER_ID:
+                    group.master_how = kind
                 if broker_id in group.up:
                     group.up = self._alike_ids(group.up - {broker_id})
                 self._changed(group)
@@ -134,6 +141,8 @@ class Topology:
         changed = broker_id not in group.up
         if changed:
             group.up = self._alike_ids(group.up | {broker_id})
+            if broker_id == MASTER_ID:
+                group.master_how = None
         member = group.members.get(broker_id)
         if member is None or member.addr != addr:
             # a slave became master (a controller's election): the routes swap its id with no departure,
@@ -224,9 +233,10 @@ class Topology:
 
 
 # -- the file -------------------------------------------------------------------------------------
-class _Entry(msgspec.Struct):
+class _Entry(msgspec.Struct, omit_defaults=True):
     """A group's entry in the file, its keys in the file's order: made in C and encoded by msgspec
-    as it is (its members as their arrays: ``Member``), no dict of it built first."""
+    as it is (its members as their arrays: ``Member``), no dict of it built first; ``master_how``
+    written only when set (every other entry as before it)."""
 
     cluster: str
     broker: str
@@ -235,6 +245,7 @@ class _Entry(msgspec.Struct):
     how: str | None
     members: list[Member]
     up: list[int]
+    master_how: str | None = None
 
 
 def encode_group(g: KnownGroup) -> str:
@@ -242,7 +253,7 @@ def encode_group(g: KnownGroup) -> str:
     member (5,000 at the curve's largest step): msgspec's, a tenth of json.dumps's CPU (a twentieth
     of the registration's); a name with a lone surrogate, which UTF-8 cannot carry, as json.dumps
     escapes it."""
-    entry = _Entry(g.cluster, g.broker, g.since, g.left, g.how, list(g.members.values()), sorted(g.up))
+    entry = _Entry(g.cluster, g.broker, g.since, g.left, g.how, list(g.members.values()), sorted(g.up), g.master_how)
     try:
         return _ENCODER.encode(entry).decode()
     except UnicodeEncodeError:
@@ -278,6 +289,8 @@ def decode(data: bytes, groups_limit: int = GROUPS_LIMIT,
             for broker_id, addr, since in item["members"]:
                 group.members[int(broker_id)] = Member(int(broker_id), _text(addr), float(since))
             group.up = frozenset(int(broker_id) for broker_id in item.get("up", ()))
+            master_how = item.get("master_how")  # (a file of a version before it: none)
+            group.master_how = None if master_how is None else _text(master_how)
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TopologyFileError(f"group {number}: {type(exc).__name__}: {exc}") from None
         groups[group.key] = group

@@ -133,7 +133,8 @@ class StatusApi:
         outages = {"broker_groups_without_master": [{"cluster": g.cluster, "broker_name": g.broker,
                                                      "live_members": g.live_members, "master_addr": g.master_addr,
                                                      "absent": _absence(g) if g.absent else None,
-                                                     "rejoining": g.rejoining}
+                                                     "rejoining": g.rejoining,
+                                                     "master_stopped_cleanly": g.master_stopped_cleanly}
                                                     for g in health.without_master],
                    "clusters_without_writable_queues": health.clusters_without_writable_queues,
                    "clusters_stopped_cleanly": health.clusters_stopped_cleanly,

@@ -25,7 +25,7 @@ from ..peers import PeersService
 from ..server import PUSH_RESULTS, RemotingFactory
 
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
-STORES = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath", "starts")
+STORES = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath", "starts", "routeSnapshotPath")
 STORE_ERRORS = ("ENOSPC", "EMFILE", "EIO", "EROFS")
 #: ... and namesrv_log_lines_lost: a full disk, a failing one, a read-only one or no descriptor left when a
 #: rotation reopens the file, a stdout pipe whose reader left or is too slow (a non-blocking pipe), no stdout
@@ -171,6 +171,9 @@ class NamesrvCollector(Collector):
         stopped = GaugeMetricFamily("namesrv_broker_group_stopped_cleanly", "1 while a broker group is absent "
                                     "because its last member unregistered (a clean stop, not a crash), else 0",
                                     labels=["cluster", "broker"])
+        master_stopped = GaugeMetricFamily("namesrv_broker_group_master_stopped_cleanly", "1 while a broker group "
+                                           "has no live master because its master unregistered (a clean stop) and a "
+                                           "slave is up, else 0", labels=["cluster", "broker"])
         groups = health.groups  # made for this read, never changed: its series are made in the thread
 
         def by_group() -> Iterator[Metric]:
@@ -180,10 +183,12 @@ class NamesrvCollector(Collector):
                 absent.add_metric(labels, 1 if group.absent else 0)
                 rejoining.add_metric(labels, 1 if group.rejoining else 0)
                 stopped.add_metric(labels, 1 if group.stopped_cleanly else 0)
+                master_stopped.add_metric(labels, 1 if group.master_stopped_cleanly else 0)
             yield master
             yield absent
             yield rejoining
             yield stopped
+            yield master_stopped
         yield Later(by_group)
         yield GaugeMetricFamily("namesrv_rejoin_window_seconds_left", "Seconds left of the restart's window for "
                                 "brokers to register again (readinessBrokerWait from the start; 0 once over)",
@@ -208,8 +213,9 @@ class NamesrvCollector(Collector):
                                               "is rejoining (namesrv_broker_group_rejoining): its writable groups are "
                                               "not counted yet", labels=["cluster"])
         cluster_stopped = GaugeMetricFamily("namesrv_cluster_stopped_cleanly", "1 while every known broker group "
-                                            "of the cluster stopped cleanly (its last members unregistered): it takes "
-                                            "no writes, and nothing crashed", labels=["cluster"])
+                                            "of the cluster stopped cleanly (its last members unregistered, or its "
+                                            "master with a slave still up): it takes no writes, and nothing "
+                                            "crashed", labels=["cluster"])
         clusters = health.writable_groups  # as health.groups
 
         def by_cluster() -> Iterator[Metric]:
@@ -274,7 +280,8 @@ class NamesrvCollector(Collector):
         yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
                         "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
                         "(configStorePath) is applied in memory only, until the restart, as Java's; the topology "
-                        "(topologyPath) and the page's events (eventsPath) are written again at their next tick",
+                        "(topologyPath), the page's events (eventsPath) and the route snapshot (routeSnapshotPath) are "
+                        "written again at their next tick; the starts' count (starts) at the next start or stop",
                         "error", self.metrics.store_failures, STORES, STORE_ERRORS)
         lost = CounterMetricFamily("namesrv_log_lines_lost", "Log lines not written because the log's file or "
                                    "stdout refused them (a full disk: ENOSPC), by error; once it can be written "
