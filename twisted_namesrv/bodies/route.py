@@ -80,7 +80,8 @@ class DataVersion:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None) -> DataVersion:
-        obj = obj or {}
+        if not obj:  # (a 4.9.8 body's absent mappingDataVersion, every registration: no numbers to read)
+            return cls()
         fields = (obj.get("timestamp", 0), obj.get("counter", 0), obj.get("stateVersion", 0))
         return cls(*fastjson.java_numbers(fields, fastjson.JAVA_LONG))
 
