@@ -17,6 +17,7 @@ from twisted.logger import LogLevel, eventAsText, formatTime, globalLogPublisher
 from twisted.python import logfile, usage
 from twisted.python.failure import Failure
 
+from tests.support import python_calls_run
 from tests.test_housekeeping import register
 from tests.web.test_metrics_and_api import Served
 from twisted_namesrv import launch, tap
@@ -366,6 +367,21 @@ def test_short_writes_are_written_whole():
     raw = Trickle(room=1 << 20)
     WholeWrites(raw).write(b"a line longer than three bytes\n")
     assert raw.data == b"a line longer than three bytes\n"
+
+
+def test_a_lines_flush_and_a_log_files_closed_are_the_raw_files_found_at_once():
+    """Every log line is flushed (LineWriter; Twisted's log file's flush too), and a log file asks
+    whether its file is closed before each line (_Whole.write): through ``__getattr__`` each first
+    failed the usual look-up (an AttributeError made and dropped) and then made a Python call, a
+    few thousand instructions a line, a first registration's.  The raw file's own are used."""
+    raw = io.BytesIO()
+    whole = WholeWrites(raw)
+    assert python_calls_run(lambda: whole.flush()) == 1  # the lambda's own call, no other
+    assert whole.closed is False
+    raw.close()
+    assert whole.closed is True
+    with pytest.raises(ValueError):
+        whole.flush()  # a closed file's flush refuses, as before
 
 
 @pytest.mark.parametrize("twistds_order", [False, True], ids=["python -m", "twistd"])

@@ -255,6 +255,26 @@ def query_version(ns: Namesrv, version: tuple[int, ...] | None):
                                                     "brokerName": "broker-a", "brokerId": "0"}, body)
 
 
+@pytest.mark.parametrize("obj", [
+    None, {}, {"timestamp": 1733000000000, "counter": 5}, {"timestamp": 1, "counter": 2, "stateVersion": 3},
+    {"timestamp": (1 << 63) - 1, "counter": -(1 << 63)}, {"timestamp": True, "counter": False},
+    {"timestamp": "12", "counter": 7.9}, {"timestamp": 1 << 63}, {"counter": -(1 << 63) - 1}, {"stateVersion": "x"},
+], ids=repr)
+def test_a_data_version_reads_its_numbers_as_fastjson_does(obj):
+    """DataVersion.from_json takes ints in a long's range as they are and the rest through
+    fastjson.java_numbers (a bool, a numeric string or a float read as fastjson reads them; past a
+    long's range, or not a number, refused): the same values or the same refusal either way."""
+    fields = (obj or {}).get("timestamp", 0), (obj or {}).get("counter", 0), (obj or {}).get("stateVersion", 0)
+    try:
+        expected = DataVersion(*fastjson.java_numbers(fields, fastjson.JAVA_LONG))
+    except ValueError:
+        with pytest.raises(ValueError):
+            DataVersion.from_json(obj)
+        return
+    read = DataVersion.from_json(obj)
+    assert read == expected and all(type(value) is int for value in (read.timestamp, read.counter, read.stateVersion))
+
+
 def test_query_data_version_changed_and_unchanged(ns):
     unknown = query_version(ns, (1, 1))
     assert unknown.code == ResponseCode.SUCCESS and unknown.ext["changed"] == "true" and unknown.body is None

@@ -81,6 +81,15 @@ class WholeWrites:
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self.cut = False
+        #: the raw file's own flush (nothing is held here), found at once: every log line is flushed,
+        #: and a name only ``__getattr__`` finds fails the usual look-up first (an AttributeError made
+        #: and dropped, then a Python call): a few thousand instructions a line, a registration's
+        self.flush: Callable[[], object] = raw.flush
+
+    @property
+    def closed(self) -> bool:
+        """The raw file's (_Whole.write asks before every line of a log file): as ``flush``."""
+        return bool(self.raw.closed)
 
     def write(self, data: bytes | str) -> int:
         if isinstance(data, str):
