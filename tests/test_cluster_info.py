@@ -46,6 +46,19 @@ def change(rng: random.Random, counter: int, v5: bool) -> RemotingCommand | None
     return None
 
 
+def cycle_group_7(protocol, transport, cluster: str, rng: random.Random) -> None:
+    """Three cycles of group-7 in ``cluster`` (unregistered, registered again), each followed by
+    the cluster info asked for, whole: the 300 groups in it."""
+    for counter in range(2, 5):
+        protocol.dataReceived(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
+            "brokerName": "group-7", "brokerAddr": "127.0.0.7:10", "clusterName": cluster, "brokerId": "0"},
+            version=479).encode())
+        protocol.dataReceived(register("group-7", cluster, 0, counter, True, rng, 7).encode())
+        transport.clear()
+        send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
+        assert transport.value().count(b'"brokerName":"group-') == 300
+
+
 @pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
 @pytest.mark.parametrize("seed", range(4))
 def test_the_joined_cluster_info_is_the_tables_encoded_whole(tmp_path, compat: str, seed: int) -> None:
@@ -90,14 +103,7 @@ def test_a_group_unregistered_and_registered_again_re_encodes_that_group_only(tm
     encoded = []
     bean = route.BrokerData.bean
     monkeypatch.setattr(route.BrokerData, "bean", lambda self, v5: encoded.append(self.brokerName) or bean(self, v5))
-    for counter in range(2, 5):
-        protocol.dataReceived(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
-            "brokerName": "group-7", "brokerAddr": "127.0.0.7:10", "clusterName": "cluster-1", "brokerId": "0"},
-            version=479).encode())
-        protocol.dataReceived(register("group-7", "cluster-1", 0, counter, True, rng, 7).encode())
-        transport.clear()
-        send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
-        assert transport.value().count(b'"brokerName":"group-') == 300
+    cycle_group_7(protocol, transport, "cluster-1", rng)
     assert encoded == ["group-7"] * 3
 
 
@@ -116,14 +122,7 @@ def test_a_group_cycle_moves_it_in_the_kept_order_not_every_group(tmp_path, monk
     order = cluster_info.bucket_order
     monkeypatch.setattr(cluster_info, "bucket_order", lambda spreads, mask: ordered.append(len(spreads)) or
                         order(spreads, mask))
-    for counter in range(2, 5):
-        protocol.dataReceived(RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
-            "brokerName": "group-7", "brokerAddr": "127.0.0.7:10", "clusterName": "cluster-7", "brokerId": "0"},
-            version=479).encode())
-        protocol.dataReceived(register("group-7", "cluster-7", 0, counter, True, rng, 7).encode())
-        transport.clear()
-        send(protocol, RequestCode.GET_BROKER_CLUSTER_INFO)
-        assert transport.value().count(b'"brokerName":"group-') == 300
+    cycle_group_7(protocol, transport, "cluster-7", rng)
     assert max(ordered, default=0) <= 1  # the cluster's one member, re-encoded; never the table's 300
 
 
