@@ -128,7 +128,6 @@ class _Whole:
         self._file = WholeWrites(self._file)
         self._file.cut = _ends_mid_line(descriptor)
 
-
     def reopen(self) -> None:
         """The file at the path opened again (SIGUSR1: reopen_on_usr1).  Twisted's reopen deletes its
         file before opening the new one, so an open that failed left none (every later line an
