@@ -1,7 +1,7 @@
 """The answer cache keeps route bodies per topic, whole-table bodies and whole route answer frames
 around the opaque (answer_cache.py).  None may ever differ from encoding from the tables: random
 sequences of every request the server answers from memory or whose effect an answer shows (lookups
-with any opaque, version, key style or zone; cluster info; topic lists) mixed with registrations of
+with any opaque, version, key style or zone; cluster info; topic lists, the system one too) mixed with registrations of
 masters and slaves, zones, acting-master flags and filter servers, order-topic KV changes, config
 switches, wipes, topic registrations and deletions, unregistrations, closed channels and expiry give
 the same bytes as a reference server that keeps nothing."""
@@ -79,6 +79,7 @@ def other_request(rng: random.Random, opaque: int) -> RemotingCommand:
         (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, None),
         (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, None),
         (RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "c"}, None),
+        (RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, None, None),
         (RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic,
                                      "value": f"{broker}:{rng.randint(1, 4)}"}, None),
         (RequestCode.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": topic}, None),

@@ -66,13 +66,15 @@ from typing import Any
 import msgspec
 
 from .bodies.register import mapping_version_span
+from .bodies.route import topic_route_bean
 from .cluster_info import ClusterInfoPieces
-from .remoting import RemotingCommand, SerializeType
+from .remoting import RemotingCommand, SerializeType, fastjson
 from .remoting.crc import crc32_masked_steps
 from .remoting.header import KEPT_HEADER_MAX, OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
+from .route_pieces import RoutePieces
 from .state.alike import Alike
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteInfoManager
+from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteData, RouteInfoManager
 from .steps import STEP_BYTES, Steps, run_steps
 
 #: answer frames kept before starting over (one per client variant of a lookup)
@@ -117,7 +119,7 @@ MAX_CLUSTER_LISTS_BYTES = 64 << 20
 #: the kept caches that start over past a bound (``AnswerCache.started_over``): the route bodies
 #: (MAX_ROUTES_BYTES), the answer frames (MAX_REPLIES_BYTES, MAX_REPLIES) and the clusters' topic
 #: lists (MAX_CLUSTER_LISTS_BYTES)
-KEPT_CACHES = ("routes", "replies", "cluster_lists")
+KEPT_CACHES = ("routes", "replies", "cluster_lists", "route_pieces")
 
 #: what a kept cluster list holds beside its body (its key, its place in the tables): counted in it
 CLUSTER_LIST_OVERHEAD = 200
@@ -250,6 +252,9 @@ class AnswerCache:
         self.cluster_lists_bytes = 0
         #: GET_BROKER_CLUSTER_INFO's pieces (cluster_info.py): a group's change re-encodes its entry only
         self.cluster_info_pieces = ClusterInfoPieces()
+        #: the route bodies' pieces (route_pieces.py): a lookup after a group's change, or one
+        #: filtered by zone (never kept whole), encodes only the pieces not seen before
+        self.route_pieces = RoutePieces()
         #: GET_KVLIST_BY_NAMESPACE's bodies by namespace, with the namespace's table they were made
         #: of (KVConfigManager never changes one in place: a body is current while its table is)
         self.kv_lists: dict[str, tuple[Mapping[str, str], bytes]] = {}
@@ -368,6 +373,21 @@ class AnswerCache:
     def route(self, topic: str | None, variant: Hashable) -> bytes | None:
         answers = self.routes.get(topic) if topic is not None else None
         return answers.bodies.get(variant) if answers is not None else None
+
+    def route_body(self, route: RouteData, order_conf: str | None, v5: bool, standard: bool) -> bytes:
+        """A route's body, joined of kept pieces (route_pieces.py); encoded whole by a cache that
+        keeps nothing (the reference the differential tests compare the pieces against)."""
+        mapping = route.topicQueueMappingByBroker
+        if not self.keep:
+            return fastjson.dumps_bytes(topic_route_bean(route.queueDatas, route.brokerDatas, route.filterServerTable,
+                                                         order_conf, mapping, v5), standard)
+        pieces = self.route_pieces
+        started_over = pieces.started_over
+        body = pieces.body(route.queueDatas, route.brokerDatas, route.filterServerTable, order_conf, mapping, v5,
+                           standard, len(self._routes.brokerAddrTable))
+        if pieces.started_over != started_over:
+            self.started_over["route_pieces"] += 1
+        return body
 
     # -- whole tables ---------------------------------------------------------------------------
     def table(self, key: Hashable, shows: str, build: Callable[[], bytes]) -> bytes:

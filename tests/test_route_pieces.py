@@ -1,0 +1,157 @@
+"""Route bodies joined of kept pieces (route_pieces.py), the group order's remembered hashes
+(RouteInfoManager.group_order) and GET_SYSTEM_TOPIC_LIST_FROM_NS kept until a group changes.
+
+What a peer that may register (any peer without ACL) could make every lookup cost is counted in
+encoder calls and name hashes, not timed: a cycle of one group (unregister, register, look up) on
+a topic served by N groups encoded the whole route, about 20 encoder calls and one name hash a
+group; a lookup filtered by zone (any client's ``__ZONE_MODE``, never kept whole) did so with no
+change at all; the system topic list hashed every cluster and group name at every ask.  The bytes
+are held to the whole encoding here on generated routes, and through the dispatcher by the
+differential tests of tests/test_answer_cache.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.test_processor import Namesrv
+from twisted_namesrv import route_pieces
+from twisted_namesrv.bodies.route import BrokerData, QueueData, topic_route_bean
+from twisted_namesrv.remoting import RequestCode, fastjson
+from twisted_namesrv.route_pieces import RoutePieces
+
+GROUPS = 300
+
+#: texts a name may hold: JSON's specials, what the body's join looks for, non-ASCII, a lone surrogate
+ODD = ['"queueDatas":[]', '"', "\\", "/", "é", "\u2028", "\x1b[2J", chr(0xD800), "日本", "\U0001f600", ""]
+
+
+def odd_name(rng: random.Random) -> str:
+    return "".join(rng.choice(ODD + ["a", "b", "-"]) for _ in range(rng.randint(0, 6)))
+
+
+def random_route(rng: random.Random) -> tuple[list[QueueData], list[BrokerData], dict, str | None, dict | None]:
+    names = [f"g{i}{odd_name(rng)}" for i in range(rng.randint(0, 6))]
+    brokers = [BrokerData(odd_name(rng), name,
+                          {rng.choice([0, 1, 2, 2**40, 2**60, -1]): odd_name(rng) for _ in range(rng.randint(0, 3))},
+                          rng.choice([None, "z1", odd_name(rng)]), rng.choice([True, False])) for name in names]
+    queues = [QueueData(name, rng.randint(0, 16), rng.randint(0, 16), rng.choice([2, 4, 6]), rng.randint(0, 3))
+              for name in names]
+    filters = {odd_name(rng): [odd_name(rng)] for _ in range(rng.randint(0, 2))}
+    conf = rng.choice([None, "a:4;b:4", odd_name(rng)])
+    mapping = rng.choice([None, {}, {odd_name(rng): {"bname": odd_name(rng), "epoch": 3, "currIdMap": {0: 1}}}])
+    return queues, brokers, filters, conf, mapping
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_pieces_join_to_the_whole_encoding(seed: int) -> None:
+    rng = random.Random(seed)
+    pieces = RoutePieces()
+    for _ in range(30):
+        queues, brokers, filters, conf, mapping = random_route(rng)
+        for v5 in (False, True):
+            for standard in (False, True):
+                whole = fastjson.dumps_bytes(topic_route_bean(queues, brokers, filters, conf, mapping, v5), standard)
+                for _ in range(2):  # encoded, then joined of the kept pieces
+                    assert pieces.body(queues, brokers, filters, conf, mapping, v5, standard, 10) == whole
+
+
+def test_the_pieces_start_over_past_their_bounds(monkeypatch) -> None:
+    rng = random.Random(1)
+    pieces = RoutePieces()
+    for _ in range(50):
+        queues, brokers, filters, conf, mapping = random_route(rng)
+        pieces.body(queues, brokers, filters, conf, mapping, True, True, 0)
+    assert len(pieces._pieces) <= route_pieces.SPARE_PIECES + 12
+    monkeypatch.setattr(route_pieces, "PIECES_MAX_BYTES", 1000)
+    for _ in range(50):
+        queues, brokers, filters, conf, mapping = random_route(rng)
+        pieces.body(queues, brokers, filters, conf, mapping, True, True, 0)
+        assert pieces.bytes <= 1000 + 12 * 200
+    assert pieces.started_over > 0
+
+
+def many_groups(tmp_path, zone: str | None = None) -> Namesrv:
+    ns = Namesrv(tmp_path, "5.3.3")
+    extra = {"__ZONE_NAME": zone} if zone else None
+    for group in range(GROUPS):
+        ns.register(cluster=f"c{group}", name=f"g{group}-{'x' * 100}", addr=f"10.0.{group // 250}.{group % 250}:10911",
+                    topics=("T", f"U{group}"), channel=group, extra=extra)
+    return ns
+
+
+class Counted:
+    """Calls of fastjson's encoder (one a value written) and of its name hash, while counting."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.writes = self.hashes = 0
+        write, ascii_hash = fastjson._write, fastjson._ascii_hash
+
+        def counted_write(*args):
+            self.writes += 1
+            return write(*args)
+
+        def counted_hash(data):
+            self.hashes += 1
+            return ascii_hash(data)
+
+        monkeypatch.setattr(fastjson, "_write", counted_write)
+        monkeypatch.setattr(fastjson, "_ascii_hash", counted_hash)
+
+    def reset(self) -> None:
+        self.writes = self.hashes = 0
+
+
+def cycle(ns: Namesrv, counter: int) -> None:
+    name, addr = f"g5-{'x' * 100}", "10.0.0.5:10911"
+    ns.call(RequestCode.UNREGISTER_BROKER, {"brokerName": name, "brokerAddr": addr, "clusterName": "c5",
+                                            "brokerId": "0"})
+    ns.register(cluster="c5", name=name, addr=addr, topics=("T", "U5"), channel=5, version=(1, counter))
+
+
+@pytest.mark.parametrize("standard", ["true", "false"])
+def test_a_lookup_after_one_groups_change_encodes_that_group_not_the_route(tmp_path, monkeypatch, standard) -> None:
+    """Before: 6,612 encoder calls for the lookup after a cycle at 300 groups."""
+    ns = many_groups(tmp_path)
+    lookup = {"topic": "T", "acceptStandardJsonOnly": standard}
+    ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, lookup)
+    counted = Counted(monkeypatch)
+    for counter in range(2, 5):
+        cycle(ns, counter)
+        counted.reset()
+        answer = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, lookup)
+        assert len(fastjson.loads(answer.body)["brokerDatas"]) == GROUPS
+        assert counted.writes < 60, counted.writes
+        assert counted.hashes <= 2, counted.hashes
+
+
+@pytest.mark.parametrize("zone", ["Z", "elsewhere"])
+def test_a_lookup_filtered_by_zone_again_encodes_nothing_anew(tmp_path, monkeypatch, zone: str) -> None:
+    """A zone's route is never kept whole (each zone a peer names would be a body): its pieces are.
+    Before: 6,914 encoder calls a lookup of the zone every group is in, and 300 name hashes one of
+    a zone none is in, every time."""
+    ns = many_groups(tmp_path, zone="Z")
+    lookup = {"topic": "T", "__ZONE_MODE": "true", "__ZONE_NAME": zone}
+    first = ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, lookup).body
+    assert len(fastjson.loads(first)["brokerDatas"]) == (GROUPS if zone == "Z" else 0)
+    counted = Counted(monkeypatch)
+    for _ in range(3):
+        counted.reset()
+        assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, lookup).body == first
+        assert counted.writes < 60, counted.writes
+        assert counted.hashes == 0, counted.hashes
+
+
+def test_the_system_topic_list_is_kept_until_a_group_changes(tmp_path, monkeypatch) -> None:
+    """Before: 900 name hashes and 606 encoder calls at every ask, with nothing changed."""
+    ns = many_groups(tmp_path)
+    first = ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body
+    counted = Counted(monkeypatch)
+    for _ in range(3):
+        assert ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body == first
+    assert (counted.writes, counted.hashes) == (0, 0)
+    ns.call(RequestCode.UNREGISTER_BROKER, {"brokerName": f"g7-{'x' * 100}", "brokerAddr": "10.0.0.7:10911",
+                                            "clusterName": "c7", "brokerId": "0"})
+    after = fastjson.loads(ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body)["topicList"]
+    assert f"g7-{'x' * 100}" not in after and "c7" not in after and len(after) == 2 * GROUPS - 2
