@@ -2,8 +2,8 @@
 Twisted protocol, for the server's own requests to other NameServers (the peers view: peers.py).
 
 One connection per NameServer, opened on first use; requests are matched to their answers by
-opaque, each with a deadline on the reactor's clock; requests the server sends us (a NameServer
-sends none) are skipped.  TLS, when asked for, is Twisted's (``TLSMemoryBIOFactory`` around the
+opaque, each with a deadline on the reactor's clock; a frame no request waits for (a NameServer
+sends none) ends the connection.  TLS, when asked for, is Twisted's (``TLSMemoryBIOFactory`` around the
 same factory, the peer's certificate checked); with ``credentials`` every request is signed as
 mqadmin's ACL hook signs it (state/acl.py: ``signed``), as the admin client does.  Failures are the
 admin client's errors (``TransportError``, ``ResponseError``), so one comparison code reads both.
@@ -25,6 +25,9 @@ from .remoting.codes import V4_9_8, code_name
 from .state.acl import signed
 
 _OPAQUES = itertools.count(1)
+#: the longest header a NameServer's answer may have (the server's own ``headerMaxLength`` default:
+#: an answer's header is its code, remark and a few fields); a longer one is no NameServer's
+HEADER_MAX = 65536
 #: what wraps the connection's factory for TLS (tls.py: connect_with); None: plain TCP
 TlsWrap = Callable[[str, protocol.ClientFactory], protocol.ClientFactory]
 
@@ -34,7 +37,7 @@ class ClientProtocol(protocol.Protocol):
 
     def __init__(self, addr: str) -> None:
         self.addr = addr
-        self._decoder = FrameDecoder()
+        self._decoder = FrameDecoder(max_header_length=HEADER_MAX)
         self._waiting: dict[int, defer.Deferred[RemotingCommand]] = {}
         self.lost: Failure | None = None
 
@@ -51,18 +54,39 @@ class ClientProtocol(protocol.Protocol):
         return answer
 
     def dataReceived(self, data: bytes) -> None:
-        try:
-            commands = [RemotingCommand.decode(frame) for frame in self._decoder.feed(data)]
-        except RemotingDecodeError as exc:
-            self._fail(TransportError(f"{self.addr}: undecodable answer: {exc} (is that a RocketMQ NameServer's "
-                                      "port?)"))
-            assert self.transport is not None
-            self.transport.loseConnection()
+        """Each frame decoded in turn and handed to the request it answers.  A frame no request
+        waits for (a request, or an answer to an opaque not asked or given up on, whose connection
+        was closed) is no NameServer's: the connection ends there, nothing after it decoded.
+        Skipped, a peer of ``namesrvAddr`` that lied (or another program on its port) could send
+        them without end, each decoded on the reactor's thread: 4 MB headers in a loop took half
+        of a lookup client's answers while the view waited for its own (3 s, every comparison)."""
+        if self.lost is not None:  # refused: whatever was read with it is not looked at
             return
-        for command in commands:
+        for frame in self._decoder_frames(data):
+            try:
+                command = RemotingCommand.decode(frame)
+            except RemotingDecodeError as exc:
+                self._refuse(f"undecodable answer: {exc}")
+                return
             waiting = self._waiting.pop(command.opaque, None) if command.is_response else None
-            if waiting is not None:
-                waiting.callback(command)
+            if waiting is None:
+                kind = f"an answer to opaque {command.opaque}, which no request waits for" if command.is_response \
+                    else f"a request (code {command.code})"
+                self._refuse(f"sent {kind}")
+                return
+            waiting.callback(command)
+
+    def _decoder_frames(self, data: bytes) -> list[bytes]:
+        try:
+            return self._decoder.feed(data)
+        except RemotingDecodeError as exc:
+            self._refuse(f"undecodable answer: {exc}")
+            return []
+
+    def _refuse(self, why: str) -> None:
+        self._fail(TransportError(f"{self.addr}: {why} (is that a RocketMQ NameServer's port?)"))
+        assert self.transport is not None
+        self.transport.loseConnection()
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         self._fail(TransportError(f"{self.addr} closed the connection: {reason.getErrorMessage()}"))
