@@ -68,7 +68,7 @@ def test_the_pieces_start_over_past_their_bounds(monkeypatch) -> None:
     for _ in range(50):
         queues, brokers, filters, conf, mapping = random_route(rng)
         pieces.body(queues, brokers, filters, conf, mapping, True, True, 0)
-        assert pieces.bytes <= 1000 + 12 * 200
+        assert pieces.bytes <= 1000 + 12 * (2 * 400 + route_pieces.KEY_BYTES)
     assert pieces.started_over > 0
 
 

@@ -13,8 +13,8 @@ route's order: a Python step a group (its key and a look-up), C-level otherwise.
 ``fastjson.dumps_bytes(topic_route_bean(...))``'s (tests/test_route_pieces.py, and the differential
 tests of tests/test_answer_cache.py against a server that keeps nothing).
 
-The pieces are bounded as the tables are (a few per group and JSON style) and in bytes
-(``PIECES_MAX_BYTES``): past either bound they start over, costing the next lookups their
+The pieces are bounded as the tables are (a few per group and JSON style) and in bytes, keys
+included (``PIECES_MAX_BYTES``): past either bound they start over, costing the next lookups their
 encoding, as before.  The AnswerCache owns one.
 """
 
@@ -26,9 +26,13 @@ from typing import Any
 from .bodies.route import BrokerData, QueueData, topic_route_bean
 from .remoting import fastjson
 
-#: the bytes the pieces may hold, past which they start over: the BrokerData and QueueData of
-#: 20,000 groups named in 512 characters are about 44 MB a JSON style
-PIECES_MAX_BYTES = 128 << 20
+#: the bytes the pieces may hold, past which they start over, each counted twice (its bytes, and
+#: about as many characters in its key, which keeps the names of a group gone) and ``KEY_BYTES``
+#: more: the BrokerData and QueueData of 20,000 groups named in 512 characters are about 44 MB a
+#: JSON style, 184 MB counted for both
+PIECES_MAX_BYTES = 256 << 20
+#: what a piece's key (a tuple, its addresses' tuples) and its dict entry take beside its names
+KEY_BYTES = 200
 #: the pieces kept beyond four a group of the tables (two JSON styles, a BrokerData and a QueueData
 #: or two of each), past which they start over
 SPARE_PIECES = 4096
@@ -79,6 +83,6 @@ class RoutePieces:
 
     def _keep(self, key: Hashable, piece: bytes) -> bytes:
         self._pieces[key] = piece
-        self.bytes += len(piece)
+        self.bytes += 2 * len(piece) + KEY_BYTES
         self.encoded += 1
         return piece
