@@ -11,10 +11,13 @@ preemptions (``/proc/PID/status``), and the collector's passes by generation wit
 (``gc.callbacks``, read through a signal).  ``--syscalls`` counts the server's system calls over
 the same phase, every thread's, by the kernel's tracepoints (``perf stat -e syscalls:sys_enter_...``:
 nothing stops the server, as ``strace`` would, whose ptrace stops made the threads' hand-overs of the
-interpreter's lock, ``futex``, ten times as many), as calls per registration.  No probe runs: its
-lookups are the curve's, for any server alike.
+interpreter's lock, ``futex``, ten times as many), as calls per registration; ``--record FILE``
+samples where the server's CPU goes over it instead, kernel and user space (``perf record -e cpu-clock
+-g``; then ``perf report -i FILE --no-children --sort dso``).  No probe runs: its lookups are the
+curve's, for any server alike.
 
     .venv/bin/python tools/bench/phase_calls.py [--step brokers-5000] [--brokers N] [--syscalls] [--tree DIR]
+    .venv/bin/python tools/bench/phase_calls.py --record FILE
 
 Counts (calls, faults, passes) hold on a loaded machine; times do not.
 """
@@ -98,7 +101,7 @@ def until_idle(pid: int, timeout: float = 60) -> None:
         quiet, last = quiet + 1 if now - last < 0.02 else 0, now
 
 
-def measure(tree: Path, step: curve.Step, brokers: int, python: str, syscalls: bool) -> str:
+def measure(tree: Path, step: curve.Step, brokers: int, python: str, syscalls: bool, record: Path | None) -> str:
     tables = curve.broker_tables(step)[:brokers]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-phase-"))
@@ -124,6 +127,10 @@ def measure(tree: Path, step: curve.Step, brokers: int, python: str, syscalls: b
             tracer = subprocess.Popen(["perf", "stat", "-x", ",", "-e", events, "-o", str(calls_out), "-p", str(pid)],
                                       stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # attached (to every thread)
+        elif record is not None:
+            tracer = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "4000", "-g", "-o", str(record),
+                                       "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)
         gc0, before, began = collector(pid, passes_out), counters(pid), time.monotonic()
         curve.send_all(conns, frames, None)
         took = time.monotonic() - began
@@ -141,7 +148,7 @@ def measure(tree: Path, step: curve.Step, brokers: int, python: str, syscalls: b
                  f"({d['minor_faults'] / brokers:.2f} a registration), RSS {before['rss_mib']:.1f} -> "
                  f"{after['rss_mib']:.1f} MiB; main thread woken {d['woken']:,.0f}, preempted {d['preempted']:,.0f}; "
                  f"collector passes by generation {passes}, {ms} ms of its thread's CPU"]
-        if tracer is not None:
+        if syscalls:
             lines.append(per_registration(calls_out.read_text(), brokers))
         return "\n".join(lines)
     finally:
@@ -172,7 +179,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--step", default="brokers-5000", help="the curve step whose brokers register (curve.py)")
     p.add_argument("--brokers", type=int, metavar="N", help="the step's first N brokers (all of them)")
-    p.add_argument("--syscalls", action="store_true", help="count the system calls over the phase (perf stat)")
+    syscalls = p.add_mutually_exclusive_group()
+    syscalls.add_argument("--syscalls", action="store_true", help="count the system calls over the phase (perf stat)")
+    syscalls.add_argument("--record", type=Path, metavar="FILE",
+                          help="sample the server's CPU over the phase (perf record)")
     p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server runs (this one)")
     p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
                    help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
@@ -180,7 +190,7 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
     step = curve.step_named(a.step)
-    print(measure(a.tree.resolve(), step, a.brokers or step.brokers, a.python, a.syscalls), flush=True)
+    print(measure(a.tree.resolve(), step, a.brokers or step.brokers, a.python, a.syscalls, a.record), flush=True)
 
 
 if __name__ == "__main__":
