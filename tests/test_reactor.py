@@ -418,6 +418,92 @@ def test_a_newcomer_that_registers_moves_to_the_brokers_set_and_one_that_closes_
     assert factory.served[-1] == "lookup again"
 
 
+class CountedEpoll:
+    """An epoll set whose changes (epoll_ctl: register, modify, unregister) are written down in
+    ``calls``, as (the set's name, the change, the descriptor); everything else is the set's."""
+
+    def __init__(self, name: str, inner: Any, calls: list[tuple[str, str, int]]) -> None:
+        self.name, self.inner, self.calls = name, inner, calls
+
+    def register(self, fd: int, flags: int) -> None:
+        self.calls.append((self.name, "register", fd))
+        self.inner.register(fd, flags)
+
+    def modify(self, fd: int, flags: int) -> None:
+        self.calls.append((self.name, "modify", fd))
+        self.inner.modify(fd, flags)
+
+    def unregister(self, fd: int) -> None:
+        self.calls.append((self.name, "unregister", fd))
+        self.inner.unregister(fd)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def counted_epoll_ctl(reactor: Any) -> list[tuple[str, str, int]]:
+    """From now on, the reactor's epoll_ctl calls on its three sets, written down as they are made."""
+    calls: list[tuple[str, str, int]] = []
+    sets = reactor._sets
+    for name in ("clients", "brokers", "newcomers"):
+        setattr(sets, name, CountedEpoll(name, getattr(sets, name), calls))
+    return calls
+
+
+def test_a_newcomers_first_read_moves_it_with_one_epoll_ctl(reactor: Any) -> None:
+    """A broker's first registration is its connection's first read: it leaves the newcomers' set
+    for the brokers' with one system call (the newcomers' set reported it once only: its entry
+    there reports nothing more), a client's for the clients' set likewise; two each before (an
+    unregister, then a register): 10,000 epoll_ctl calls in the 5,000-broker first registration."""
+    factory = Factory()
+    clients = connect(reactor, factory, 2)
+    calls = counted_epoll_ctl(reactor)
+    clients[0].sendall(b"register broker0")
+    clients[1].sendall(b"lookup")
+    readable(reactor, 2)
+    turn(reactor)
+    assert sorted(factory.served) == ["broker0", "lookup"]
+    broker_fd, client_fd = (p.transport.fileno() for p in factory.made)
+    assert sorted(calls) == [("brokers", "register", broker_fd), ("clients", "register", client_fd)]
+    assert reactor._sets.in_brokers == {broker_fd} and reactor._sets.in_newcomers == set()
+    clients[0].sendall(b"heartbeat")
+    clients[1].sendall(b"lookup again")
+    readable(reactor, 2)
+    assert reactor._sets.newcomers.poll(0) == []  # neither reported by the newcomers' set again
+    turn(reactor)
+    assert sorted(factory.served[2:]) == ["heartbeat", "lookup again"]
+    assert len(calls) == 2
+
+
+class WritingMuch(Recorder):
+    """Writes more than a socket's buffer takes in its first read: the rest waits for the socket
+    to be writable (Twisted watches it for writing too, while it is still a newcomer)."""
+
+    def dataReceived(self, data: bytes) -> None:
+        super().dataReceived(data)
+        self.transport.write(b"x" * (32 << 20))
+
+
+def test_a_newcomer_watched_again_in_its_first_read_leaves_the_newcomers_set(reactor: Any) -> None:
+    """A newcomer whose first read left bytes to send is watched again in the newcomers' set (for
+    writing): it is removed from it as it moves, so no set but the brokers' reports it again."""
+    factory = Factory(WritingMuch)
+    clients = connect(reactor, factory, 1)
+    calls = counted_epoll_ctl(reactor)
+    clients[0].sendall(b"register broker0")
+    readable(reactor, 1)
+    turn(reactor)
+    fd = factory.made[0].transport.fileno()
+    assert calls == [("newcomers", "modify", fd), ("newcomers", "unregister", fd), ("brokers", "register", fd)]
+    clients[0].setblocking(False)
+    try:
+        clients[0].recv(1 << 20)  # room to write again: the socket is writable
+    except BlockingIOError:
+        pass
+    assert reactor._sets.newcomers.poll(0) == [] and reactor._sets.in_brokers == {fd}
+    assert [ready for ready, _ in reactor._sets.brokers.poll(0)] == [fd]
+
+
 def test_a_lookup_waits_for_at_most_newcomers_per_turn_first_registrations(reactor: Any, tmp_path: Any) -> None:
     """The real server on this reactor: 60 brokers' first registrations on new connections, all
     ready at once, and a client heard before sending a lookup whenever a registration is handled

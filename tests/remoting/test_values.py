@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from twisted_namesrv.remoting import fastjson
 from twisted_namesrv.remoting.values import java_bool, optional_long, parse_java_integer
 
 
@@ -46,3 +47,17 @@ def test_plain_ascii_numbers_are_read_without_the_regex(monkeypatch: pytest.Monk
     assert parse_java_integer("2147483648", 32) is None and parse_java_integer("2147483647", 32) == (1 << 31) - 1
     assert matched == []
     assert parse_java_integer("-7") == -7 and parse_java_integer("٣") == 3 and matched == ["-7", "٣"]
+
+
+@pytest.mark.parametrize("value", [-(1 << 63) - 1, -(1 << 63), -1, 0, 1, (1 << 63) - 1, 1 << 63, 1 << 200, True, False,
+                                   1.0, "5"], ids=repr)
+def test_the_longs_taken_as_they_are_are_those_java_numbers_answers_with_themselves(value: object) -> None:
+    """fastjson.JAVA_LONG_INTS, which a caller tests in place of calling java_numbers (DataVersion's
+    numbers), holds an int exactly when java_numbers answers it with itself, at the range's edges
+    and past them; a bool, a float or a string always goes through java_numbers."""
+    taken = type(value) is int and value in fastjson.JAVA_LONG_INTS
+    try:
+        answered = fastjson.java_numbers([value], fastjson.JAVA_LONG)
+    except ValueError:
+        answered = None
+    assert taken == (answered is not None and type(value) is int and answered == [value])

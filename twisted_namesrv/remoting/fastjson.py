@@ -42,6 +42,11 @@ def _standard_string(text: str) -> str:
 #: the range of Java's int and long fields, as (least, greatest)
 JAVA_INT = (-(1 << 31), (1 << 31) - 1)
 JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
+#: the values ``java_numbers(..., JAVA_LONG)`` answers with themselves: an ``int`` (exactly: a bool is
+#: read as 0 or 1) in this range.  A caller reading longs at every registration tests
+#: ``type(value) is int and value in JAVA_LONG_INTS`` (no Python call: a range's ``in`` is C) and
+#: hands anything else to java_numbers (DataVersion.from_json)
+JAVA_LONG_INTS = range(JAVA_LONG[0], JAVA_LONG[1] + 1)
 
 
 def java_numbers(values: Iterable[Any], bounds: tuple[int, int] = JAVA_INT) -> list[int]:
