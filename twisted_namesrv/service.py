@@ -461,6 +461,9 @@ class NamesrvService(service.MultiService):
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         ClockedTimerService(FLAP_TICK_SECONDS, self.seen.flaps.tick, reactor).setServiceParent(self)
+        watchdog = sdnotify.watchdog_service(reactor)  # systemd's WatchdogSec: a hung reactor is restarted
+        if watchdog is not None:
+            watchdog.setServiceParent(self)
         self.snapshots = loaded.snapshots
         if self.snapshots is not None:
             self.snapshots.setServiceParent(self)
