@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from . import CannotStart, __version__, sdnotify
+from . import CannotStart, __version__, sdnotify, stalls
 from .answer_cache import AnswerCache
 from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
@@ -475,6 +476,8 @@ class NamesrvService(service.MultiService):
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         ClockedTimerService(FLAP_TICK_SECONDS, self.seen.flaps.tick, reactor).setServiceParent(self)
+        # a reactor that did not turn for a while (SIGSTOP, a paused VM) says so once it turns again
+        ClockedTimerService(stalls.TICK_SECONDS, stalls.StallWatch(time.monotonic).tick, reactor).setServiceParent(self)
         watchdog = sdnotify.watchdog_service(reactor)  # systemd's WatchdogSec: a hung reactor is restarted
         if watchdog is not None:
             watchdog.setServiceParent(self)
