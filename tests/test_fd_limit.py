@@ -404,3 +404,37 @@ def test_making_room_closes_nothing_open_and_fails_quietly_past_the_limit():
     # past ulimit -n: False, and the table grows as it did
     assert soft == resource.RLIM_INFINITY or budget.make_table_room(soft + 1) is False
     assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_namesrv_admin_refused_by_a_server_out_of_descriptors_says_so_not_tls(tmp_path):
+    """Under ``ulimit -n 256`` with 250 idle peers the server closes every new connection at once
+    (fd_reserve). namesrv-admin said '... closed the connection before answering GET_KV_CONFIG (is
+    the NameServer enforcing TLS? try --tls)': a wrong lead at 3 a.m. Now a second connection, asked
+    for a TLS handshake, is closed at once too, and the error says the server refuses connections,
+    as out of descriptors; an enforcing TLS port is still named as one (tests/admin/test_tls.py)."""
+    from twisted_namesrv.admin.client import AdminError
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    proc, port, _ = start_limited(tmp_path, "aclEnable=false\n")
+    flood: list[socket.socket] = []
+    try:
+        flood += idle_connections(port, 250)
+        time.sleep(1)
+        fresh = NamesrvClient(f"127.0.0.1:{port}", 5)
+        try:
+            fresh.call(RequestCode.GET_KV_CONFIG, {"namespace": "ns", "key": "k"})
+        except AdminError as exc:
+            text = str(exc)
+        else:
+            raise AssertionError("answered under a full descriptor budget")
+        finally:
+            fresh.close()
+        assert "the connection before answering GET_KV_CONFIG" in text, text  # closed, or reset
+        assert "refusing connections, as it does out of file descriptors" in text and "try --tls" not in text, text
+    finally:
+        for connection in flood:
+            connection.close()
+        proc.terminate()
+        proc.communicate(timeout=30)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import os
 import re
 import struct
 import subprocess
@@ -666,3 +667,47 @@ def test_sigusr1_held_at_start_is_acted_on_once_the_handler_is_in_and_leaves_twi
         assert len(reactor.calls) == 2
     finally:
         signal.signal(signal.SIGUSR1, before)
+
+
+@pytest.mark.parametrize("rotate", ["128MB", "daily"])
+@pytest.mark.parametrize("how", ["renamed", "deleted"])
+def test_a_log_file_renamed_or_deleted_without_sigusr1_is_left_within_a_second(tmp_path, rotate, how, monkeypatch):
+    """logrotate's create with no postrotate (or one whose signal missed): the server wrote on to
+    namesrv.log.1 for good, the new namesrv.log empty, and once compress deleted namesrv.log.1, to a
+    deleted file holding its space. Now the path is looked at once a second at most: a file moved or
+    deleted is left for a new one at the path; the lines of that second go to the old one."""
+    from twisted_namesrv import logs
+
+    now = [1000.0]
+    monkeypatch.setattr(logs._Whole, "monotonic", staticmethod(lambda: now[0]), raising=False)
+    log = open_log_file(str(tmp_path / "namesrv.log"), rotate)
+    writer = LineWriter(log, event_as_text_line, warn=lambda text: None)
+    writer(_line("before the rotation", 1000.0))
+    if how == "renamed":
+        (tmp_path / "namesrv.log").rename(tmp_path / "namesrv.log.1")
+        (tmp_path / "namesrv.log").touch()  # logrotate's create
+    else:
+        (tmp_path / "namesrv.log").unlink()
+    now[0] += 0.5
+    writer(_line("within the second", 1000.5))
+    now[0] += 0.6
+    writer(_line("after it", 1001.1))
+    new = (tmp_path / "namesrv.log").read_text()
+    assert new.endswith("after it\n") and new.count("\n") == 1, new
+    if how == "renamed":
+        assert (tmp_path / "namesrv.log.1").read_text().count("\n") == 2  # before and within, each once
+    assert _open_under(tmp_path) == [str(tmp_path / "namesrv.log")]  # the old one not held
+    log.close()
+
+
+def _open_under(directory) -> list[str]:
+    """The files under ``directory`` this process holds open (a deleted one says so)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed since
+            continue
+        if target.startswith(str(directory)):
+            held.append(target)
+    return held

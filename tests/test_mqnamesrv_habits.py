@@ -73,3 +73,43 @@ def test_strict_config_still_refuses_a_key_no_nameserver_reads(tmp_path):
     with pytest.raises(SystemExit, match=f"^namesrv: cannot start: {path}: unknown key orderMessageEnabled "
                                          r"\(refused by --strict-config\)"):
         options(tmp_path, "-c", str(path), "--strict-config", "--kv-config-path", str(tmp_path / "kv.json"))
+
+
+def test_the_data_dir_s_file_java_wrote_keeps_what_this_server_does_not_read_back(tmp_path):
+    """An in-place swap from mqnamesrv (no -c): Java 5.3.3 wrote ~/namesrv/namesrv.properties at an
+    updateNamesrvConfig, with rocketmqHome and every key of its own. Ours, started on that directory,
+    reads back the runtime keys only; its own updateNamesrvConfig rewrote the file without
+    rocketmqHome (no value here without $ROCKETMQ_HOME) or any key it does not know, so Java started
+    again with ``-c`` on it lost them. Now those are written back as they were; what it runs with
+    (listenPort here) is its own, as Java writes its own."""
+    store = tmp_path / "namesrv.properties"
+    store.write_text("configStorePath=/root/namesrv/namesrv.properties\norderMessageEnable=true\n"
+                     "productEnvName=center\nrocketmqHome=/opt/rocketmq\nlistenPort=9876\nsomeFutureKey=x\n")
+    config = NamesrvConfig.from_file(None, {"configStorePath": str(store), "listenPort": 9877})
+    config.apply({"productEnvName": "ours"})
+    text = config.stored_text()
+    assert "rocketmqHome=/opt/rocketmq\n" in text and "someFutureKey=x\n" in text
+    assert "productEnvName=ours\n" in text and "orderMessageEnable=true\n" in text and "listenPort=9877\n" in text
+    assert "someFutureKey" not in config.properties_text() and "rocketmqHome" not in config.properties_text()
+    assert properties.load(text)["rocketmqHome"] == "/opt/rocketmq"
+
+
+def test_a_start_in_place_of_mqnamesrv_says_which_of_its_files_it_read(tmp_path):
+    """Started on Java's ~/namesrv, nothing in the log said kvConfig.json or namesrv.properties was
+    read (Java says "load KV config table OK"): now one line each, with what they held."""
+    from twisted.logger import capturedLogs, formatEvent
+
+    from twisted_namesrv.service import _say_what_was_read
+    from twisted_namesrv.state.kv import KVConfigManager
+
+    kv_path, store = tmp_path / "kvConfig.json", tmp_path / "namesrv.properties"
+    kv_path.write_text('{"configTable":{"ORDER_TOPIC_CONFIG":{"TopicJ":"broker-a:8"},"NS_J":{"k":"v","k2":"v2"}}}')
+    store.write_text("orderMessageEnable=true\nproductEnvName=center\nrocketmqHome=/opt/rocketmq\n")
+    config = NamesrvConfig.from_file(None, {"configStorePath": str(store), "kvConfigPath": str(kv_path)})
+    kv = KVConfigManager(lambda make, saved: None, lambda: 1 << 20)
+    kv.load(kv_path)
+    with capturedLogs() as events:
+        _say_what_was_read(config, kv, kv_path)
+    lines = [formatEvent(event) for event in events]
+    assert lines == [f"load KV config table OK: {kv_path}, 2 namespaces, 3 keys",
+                     f"{store}: 2 keys read (orderMessageEnable, productEnvName)"]

@@ -12,8 +12,9 @@ from collections import Counter
 import pytest
 import pytest_twisted
 
+from tests.hostile.faults import disk_full, tiny_tmpfs
 from tests.support import server_config, start_server
-from twisted_namesrv.starts import LIMIT, STARTS_FILE, Counted, count_clean_stop, count_start
+from twisted_namesrv.starts import LIMIT, STARTS_FILE, STOPPED_SUFFIX, Counted, count_clean_stop, count_start
 
 
 def counted(path) -> tuple[int, Counter, Counter]:
@@ -91,13 +92,58 @@ def test_a_file_of_a_server_before_the_clean_stops_mark_counts_its_last_run_clea
 
 
 def test_a_clean_stop_that_cannot_be_marked_is_counted_unclean_next_time(tmp_path):
+    """Neither prepared at the start nor writable at the stop: said and counted, the file as the
+    start left it (running)."""
     path, failures = tmp_path / STARTS_FILE, Counter()
+    (tmp_path / (STARTS_FILE + STOPPED_SUFFIX + ".tmp")).mkdir()  # the mark cannot be prepared (EISDIR)
     first = count_start(path, failures, Counter())
-    (tmp_path / (STARTS_FILE + ".tmp")).mkdir()  # the save's temp file cannot be made (EISDIR, root or not)
+    assert sum(failures.values()) == 1
+    (tmp_path / (STARTS_FILE + ".tmp")).mkdir()  # nor written at the stop
     count_clean_stop(path, first, failures)
-    assert sum(failures.values()) == 1 and next(iter(failures))[0] == "starts"
+    assert sum(failures.values()) == 2 and {store for store, _ in failures} == {"starts"}
     (tmp_path / (STARTS_FILE + ".tmp")).rmdir()
     assert count_start(path, failures, Counter()) == Counted(2, 1)
+
+
+def test_a_clean_stop_on_a_full_disk_is_clean(tmp_path):
+    """A SIGTERM on a full disk: the stores' last writes fail (counted, NamesrvStoreNotWritten), and
+    the clean stop's mark did too, so three rolling restarts on a full disk paged NamesrvRestarting
+    beside NamesrvStoreNotWritten. The mark prepared at the start is renamed in place: no space needed."""
+    with tiny_tmpfs(tmp_path / "data") as data:
+        path, failures = data / STARTS_FILE, Counter()
+        first = count_start(path, failures, Counter())
+        with disk_full(data):
+            count_clean_stop(path, first, failures)
+            assert not failures
+            assert json.loads(path.read_text()) == {"starts": 1, "unclean": 0, "running": False}
+            assert count_start(path, Counter(), Counter()) == Counted(2, 0)  # the disk still full
+
+
+def test_a_crashed_run_s_prepared_mark_is_never_renamed_over_a_later_count(tmp_path):
+    path, failures = tmp_path / STARTS_FILE, Counter()
+    count_start(path, failures, Counter())  # killed: its prepared mark stays
+    (tmp_path / (STARTS_FILE + ".tmp")).mkdir()  # the next start cannot write its count
+    second = count_start(path, failures, Counter())
+    assert second == Counted(2, 1) and not (tmp_path / (STARTS_FILE + STOPPED_SUFFIX)).exists()
+    (tmp_path / (STARTS_FILE + ".tmp")).rmdir()
+    count_clean_stop(path, second, failures)
+    assert json.loads(path.read_text()) == {"starts": 2, "unclean": 1, "running": False}
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_server_stopped_on_a_full_disk_starts_clean(tmp_path):
+    """The whole server: its data directory fills up while it runs, SIGTERM (stopService), started
+    again: its unclean starts stay 0; the stores' failed last writes are what it counted."""
+    with tiny_tmpfs(tmp_path / "data") as data:
+        config = server_config(tmp_path, kvConfigPath=str(data / "kvConfig.json"))
+        service, _ = yield start_server(config)
+        with disk_full(data):
+            yield service.stopService()
+            service, _ = yield start_server(config)
+            try:
+                assert (service.metrics.starts, service.metrics.unclean_starts) == (2, 0)
+            finally:
+                yield service.stopService()
 
 
 @pytest_twisted.inlineCallbacks

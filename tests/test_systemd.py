@@ -142,11 +142,11 @@ def test_systemd_analyze_verifies_the_unit(installed, tmp_path):
     assert (verified.returncode, verified.stdout + verified.stderr) == (0, "")
 
 
-def run_exec_start(installed: Path, tmp_path: Path, port: int, notify: str) -> subprocess.Popen:
+def run_exec_start(installed: Path, tmp_path: Path, port: int, notify: str, **environ: str) -> subprocess.Popen:
     """The unit's ExecStart from the installed wheel, on this test's ports and directory."""
     swap = {"9876": str(port), "9877": str(free_port()), "0.0.0.0": "127.0.0.1"}
     argv = [swap.get(a, a.replace("/var/lib/namesrv", str(tmp_path))) for a in exec_start(str(installed))]
-    env = dict(clean_env(tmp_path), NOTIFY_SOCKET=notify)
+    env = dict(clean_env(tmp_path), NOTIFY_SOCKET=notify, **environ)
     return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -180,3 +180,54 @@ def test_a_server_that_cannot_bind_never_says_ready(installed, tmp_path, taken_p
         assert server.returncode == 1, output
         with pytest.raises(BlockingIOError):
             receiver.recv(4096)
+
+
+def test_the_unit_restarts_a_server_that_hangs():
+    """A SIGSTOPped server kept its port and its unit 'active (running)' for as long as it was stopped:
+    the unit had no watchdog. Now systemd kills it 30 s after its last WATCHDOG=1 (printing where each
+    thread was) and Restart=on-failure starts it again."""
+    service = unit()["Service"]
+    assert service["WatchdogSec"] == "30" and service["Restart"] == "on-failure"
+    assert "PYTHONFAULTHANDLER=1" in service["Environment"].split()
+    assert int(service["TimeoutAbortSec"]) <= int(service["TimeoutStopSec"])
+
+
+def test_the_watchdog_is_fed_every_half_period_from_the_reactor(tmp_path):
+    from twisted.internet import task
+
+    name, clock = str(tmp_path / "notify"), task.Clock()
+    environ = {"NOTIFY_SOCKET": name, "WATCHDOG_USEC": "30000000"}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(name)
+        receiver.setblocking(False)
+        timer = sdnotify.watchdog_service(clock, environ)
+        timer.startService()
+        assert receiver.recv(4096) == b"WATCHDOG=1\n"  # at once
+        clock.advance(14.9)
+        with pytest.raises(BlockingIOError):
+            receiver.recv(4096)
+        clock.advance(0.1)
+        assert receiver.recv(4096) == b"WATCHDOG=1\n"
+        timer.stopService()
+    assert sdnotify.watchdog_service(clock, {"NOTIFY_SOCKET": name}) is None  # no WatchdogSec
+    assert sdnotify.watchdog_period({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "1"}, pid=2) is None  # not ours
+    assert sdnotify.watchdog_period({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "2"}, pid=2) == 30
+    assert sdnotify.watchdog_period({"WATCHDOG_USEC": "0"}) is None
+
+
+def test_the_installed_service_feeds_the_watchdog(installed, tmp_path):
+    """The unit's ExecStart, with the variables systemd sets for WatchdogSec=2: READY, then WATCHDOG=1
+    again and again while it serves."""
+    name, port = f"@namesrv-test-{uuid.uuid4().hex}", free_port()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(sdnotify.socket_address(name))
+        receiver.settimeout(READY_WITHIN)
+        server = run_exec_start(installed, tmp_path, port, name, WATCHDOG_USEC="2000000")
+        try:
+            messages = [receiver.recv(4096).decode() for _ in range(4)]
+        finally:
+            server.terminate()
+            output = server.communicate(timeout=30)[0]
+        assert server.returncode == 0, output
+    assert f"READY=1\nSTATUS=serving on 127.0.0.1:{port}\n" in messages, messages
+    assert messages.count("WATCHDOG=1\n") == 3, messages

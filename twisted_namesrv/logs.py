@@ -120,9 +120,16 @@ class _Whole:
     with a hole of NUL bytes as long as the log had been; with O_APPEND each line goes at the end."""
 
     _file: Any
+    path: str
+    #: the clock the moved-file check is paced on (a test's own)
+    monotonic: Callable[[], float] = staticmethod(time.monotonic)
+    #: seconds between two looks at whether the path still names the open file
+    MOVED_CHECK_SECONDS = 1.0
+    _checked_at = -math.inf
 
     def _openFile(self) -> None:
         super()._openFile()  # type: ignore[misc]
+        self._checked_at = self.monotonic()
         descriptor = self._file.fileno()
         fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) | os.O_APPEND)
         self._file = WholeWrites(self._file)
@@ -141,7 +148,27 @@ class _Whole:
         ValueError nobody counted, the log lost until a restart: the file is opened again first."""
         if self._file.closed:
             self._openFile()  # still failing: an OSError, the line lost and counted (LineWriter)
+        elif self._moved():
+            self.reopen()
         super().write(data)  # type: ignore[misc]
+
+    def _moved(self) -> bool:
+        """Whether the file was renamed or deleted under the server, looked at once a second at most:
+        logrotate's ``create`` without its ``postrotate`` (or a SIGUSR1 that never came: a
+        ``pkill`` pattern that missed, a unit renamed) left the server writing to namesrv.log.1 for
+        good, and once ``compress`` deleted that, to a deleted file whose space no ``df`` could find
+        and whose lines nobody could read.  The lines of the second before the look go to the old file."""
+        now = self.monotonic()
+        if now - self._checked_at < self.MOVED_CHECK_SECONDS:
+            return False
+        self._checked_at = now
+        try:
+            named, held = os.stat(self.path), os.fstat(self._file.fileno())
+        except FileNotFoundError:
+            return True
+        except OSError:  # cannot look (a directory gone unreadable): as before, write on
+            return False
+        return (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino)
 
 
 def _ends_mid_line(descriptor: int) -> bool:

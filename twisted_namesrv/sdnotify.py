@@ -8,6 +8,12 @@ value; a leading ``@`` names Linux's abstract namespace (a NUL byte in the addre
 server serves either way, and systemd then reports the start as timed out, which says where to look.
 READY waits for the reactor to run (``ready_when_running``): its SIGTERM handler is installed by then,
 so a stop systemd sends right after READY is a clean stop, not a kill.
+
+With ``WatchdogSec=`` in the unit, systemd passes ``WATCHDOG_USEC`` (and ``WATCHDOG_PID``) and kills a
+service that does not say ``WATCHDOG=1`` within it; ``Restart=on-failure`` then starts it again.  The
+reactor says it every half period (``watchdog_service``), so a server that hangs rather than dies
+(SIGSTOP, a frozen VM thawed late, a turn of the reactor that never ends) is restarted: before, it kept
+its port and its unit stayed "active (running)" while no broker or client was answered.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from twisted.logger import Logger
@@ -46,7 +53,8 @@ def notify(message: str, environ: Mapping[str, str] = os.environ) -> bool:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.sendto(message.encode("utf-8"), address)
     except OSError as exc:
-        log.warn("could not tell systemd the server is ready (NOTIFY_SOCKET={value}): {error}",
+        log.warn("could not tell systemd {what} (NOTIFY_SOCKET={value}): {error}",
+                 what="the server is ready" if message.startswith("READY=") else message.strip(),
                  value=value, error=exc)
         return False
     return True
@@ -65,3 +73,30 @@ def ready_when_running(reactor: Any, status: str, environ: Mapping[str, str] = o
         ready(status, environ)
     else:
         when_running(ready, status, environ)
+
+
+def watchdog_period(environ: Mapping[str, str] = os.environ, pid: int | None = None) -> float | None:
+    """Seconds within which systemd wants ``WATCHDOG=1`` from this process, or None: not asked (no
+    ``WATCHDOG_USEC``, a value that is not a positive count) or asked of another process
+    (``WATCHDOG_PID``, inherited by a child)."""
+    usec = environ.get("WATCHDOG_USEC", "")
+    if not usec.isdigit() or int(usec) == 0:
+        return None
+    owner = environ.get("WATCHDOG_PID", "")
+    if owner and owner != str(os.getpid() if pid is None else pid):
+        return None
+    return int(usec) / 1_000_000
+
+
+def watchdog_service(clock: Any, environ: Mapping[str, str] = os.environ) -> Any:
+    """A timer saying ``WATCHDOG=1`` on ``clock`` (the reactor) every half of systemd's watchdog
+    period while it runs, for NamesrvService's children; None when systemd asks for none.  It runs
+    on the reactor, so a reactor that stops turning stops saying it."""
+    from .timers import ClockedTimerService
+
+    period = watchdog_period(environ)
+    if period is None:
+        return None
+    log.info("systemd's watchdog: WATCHDOG=1 every {every:g} s (WatchdogSec={period:g})",
+             every=period / 2, period=period)
+    return ClockedTimerService(period / 2, partial(notify, "WATCHDOG=1\n", environ), clock)

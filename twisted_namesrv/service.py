@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from . import CannotStart, __version__, sdnotify
+from . import CannotStart, __version__, sdnotify, stalls
 from .answer_cache import AnswerCache
 from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
@@ -123,6 +124,19 @@ def store_refusal(failures: Counter[tuple[str, str]],
     return refused
 
 
+def _say_what_was_read(config: NamesrvConfig, kv: KVConfigManager, kv_path: Path) -> None:
+    """The start's lines on the files it read, as Java's "load KV config table OK": started in place of
+    mqnamesrv on its ~/namesrv, nothing said whether its kvConfig.json and namesrv.properties were read."""
+    if kv_path.exists():
+        entries = sum(len(keys) for keys in kv.configTable.values())
+        log.info("load KV config table OK: {path}, {namespaces} namespaces, {entries} keys", path=str(kv_path),
+                 namespaces=len(kv.configTable), entries=entries)
+    store = str(config["configStorePath"])
+    read = sorted(name for name, source in config.sources.items() if source == store)
+    if read:
+        log.info("{path}: {count} keys read ({names})", path=store, count=len(read), names=", ".join(read))
+
+
 def saved_by(writer: FileWriter, refused: Callable[[StoreError], None]) -> Save:
     """A store's ``save(data, saved)`` through ``writer`` (a thread of the reactor's pool, one write
     at a time): a failed save is refused (logged, counted) and told as its StoreError."""
@@ -188,6 +202,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     config_saves = SavesOfNewest(saved_by(config_file, applied_anyway), lambda: java_utf8(config.stored_text()))
     kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"])
     kv.load(kv_path)
+    _say_what_was_read(config, kv, kv_path)
     steady = steady_seconds(clock)  # heartbeats, windows and counts: no clock step (clocks.py)
     routes = RouteInfoManager(config, steady, notifier=notifier)
     answers = AnswerCache(routes, keep=keep_answers)
@@ -461,6 +476,11 @@ class NamesrvService(service.MultiService):
         self.housekeeping = HousekeepingService(self.state.routes, self.factory, reactor, config.scan_interval_s)
         self.housekeeping.setServiceParent(self)
         ClockedTimerService(FLAP_TICK_SECONDS, self.seen.flaps.tick, reactor).setServiceParent(self)
+        # a reactor that did not turn for a while (SIGSTOP, a paused VM) says so once it turns again
+        ClockedTimerService(stalls.TICK_SECONDS, stalls.StallWatch(time.monotonic).tick, reactor).setServiceParent(self)
+        watchdog = sdnotify.watchdog_service(reactor)  # systemd's WatchdogSec: a hung reactor is restarted
+        if watchdog is not None:
+            watchdog.setServiceParent(self)
         self.snapshots = loaded.snapshots
         if self.snapshots is not None:
             self.snapshots.setServiceParent(self)

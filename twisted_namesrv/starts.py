@@ -23,14 +23,24 @@ last writes made) says otherwise, so a run killed (SIGKILL, an OOM kill), crashe
 power loss leaves it saying "running", and the next start counts one more in ``unclean``
 (``namesrv_unclean_starts_total``).  ``NamesrvRestarting`` counts those: three rolling restarts
 within 15 minutes (an upgrade, a rollback, a configuration change: every NameServer stopped
-cleanly three times) paged critical on every NameServer, "it keeps dying".  A clean stop whose mark
-cannot be written (a full disk) is counted unclean at the next start: the error is on the safe
-side.  A file written before this count (``{"starts": N}`` alone) counts its last run clean."""
+cleanly three times) paged critical on every NameServer, "it keeps dying".
+
+The clean stop's mark needs no free space: its content is known at the start, so it is written then,
+beside the file (``starts.json.stopped``), and the clean stop renames it over ``starts.json``.  A
+stop on a full disk is a clean stop whose last writes failed (the stores' failures are counted and
+NamesrvStoreNotWritten says them), not a crash: before, its mark, written at the stop, failed for lack
+of space, and three rolling restarts on a full disk paged NamesrvRestarting beside
+NamesrvStoreNotWritten.  Only when the mark was not prepared (the start's writes failed too) is it
+written at the stop, and a failure then is a warning and a count: the next start reads the file as
+the run before left it.  A file written before this count (``{"starts": N}`` alone) counts its last
+run clean."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
+from contextlib import suppress
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,6 +53,8 @@ from .state.store import StoreError, write_atomically
 log = Logger()
 
 STARTS_FILE = "starts.json"
+#: the clean stop's mark, prepared at the start beside the file and renamed over it at the clean stop
+STOPPED_SUFFIX = ".stopped"
 #: the store's name in the metrics' ``store`` label
 STORE = "starts"
 #: what the file may hold (a few dozen bytes are written)
@@ -71,8 +83,16 @@ def count_start(path: Path, failures: Counter[tuple[str, str]], refusals: Counte
     if running:
         log.warn("started {unclean}: its log's last lines say how far it got; an OOM kill shows in dmesg or "
                  "the pod's lastState (namesrv_unclean_starts_total {count})", unclean=UNCLEAN, count=counted.unclean)
-    _write(path, counted, True, failures, "namesrv_starts_total counts this run's start only")
+    prepared = _stopped(path)
+    with suppress(OSError):  # a crashed run's: never renamed over this run's count
+        prepared.unlink()
+    if _write(path, counted, True, failures, "namesrv_starts_total counts this run's start only"):
+        _write(prepared, counted, False, failures, "the clean stop's mark is written at the stop instead")
     return counted
+
+
+def _stopped(path: Path) -> Path:
+    return path.with_name(path.name + STOPPED_SUFFIX)
 
 
 #: what the page's "started" event and the start's warning say of a run that did not stop cleanly
@@ -90,17 +110,41 @@ def last_run_unclean(path: Path) -> bool:
 
 
 def count_clean_stop(path: Path, counted: Counted, failures: Counter[tuple[str, str]]) -> None:
-    """The clean stop's mark: the run counted as ``counted`` is not running any more."""
-    _write(path, counted, False, failures, "the next start counts this clean stop as unclean")
+    """The clean stop's mark: the run counted as ``counted`` is not running any more.  The mark
+    prepared at the start is renamed over the file, which takes no space on a full disk; only
+    without it is the mark written now."""
+    prepared = _stopped(path)
+    try:
+        os.replace(prepared, path)
+        _sync_directory(path.parent)
+    except OSError:
+        _write(path, counted, False, failures, "the clean stop is not marked: the next start may count it unclean")
 
 
-def _write(path: Path, counted: Counted, running: bool, failures: Counter[tuple[str, str]], meaning: str) -> None:
+def _sync_directory(directory: Path) -> None:
+    """The rename made durable (a power loss after it keeps the mark); a directory that cannot be
+    synced (no descriptor left) keeps the rename the page cache holds, which a clean stop suffices for."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write(path: Path, counted: Counted, running: bool, failures: Counter[tuple[str, str]], meaning: str) -> bool:
+    """Whether ``path`` now holds the count; a failure is a warning and a count."""
     content = {"starts": counted.starts, "unclean": counted.unclean, "running": running}
     try:
         write_atomically(path, json.dumps(content).encode(), STORE)
     except StoreError as exc:
         failures[STORE, exc.errno_name] += 1
         log.warn("{error}; {meaning}", error=str(exc), meaning=meaning)
+        return False
+    return True
 
 
 def _read(path: Path, refusals: Counter[tuple[str, str]]) -> tuple[Counted, bool]:

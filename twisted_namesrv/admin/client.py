@@ -31,8 +31,16 @@ _OPAQUES = itertools.count(1)
 #: (line-based HTTP servers wait for a line end a remoting frame never has, so they never answer)
 PROBE_AFTER = 0.5
 HTTP_PROBE = b"GET / HTTP/1.0\r\n\r\n"
-#: what a plain request to a TLS-only NameServer ends in (it fails our bytes as a handshake and closes)
-TLS_HINT = "is the NameServer enforcing TLS? try --tls"
+#: a plain request closed unanswered by a NameServer that then completed a TLS handshake (TlsProbe):
+#: its port is tls.server.mode=enforcing
+TLS_HINT = "it speaks TLS on that port: the NameServer is enforcing TLS, try --tls"
+#: the same closed, and a TLS handshake closed too: the server closes every new connection at once, as
+#: it does out of descriptors (fd_reserve, fd_table_full) or at a connection limit; no word of TLS
+REFUSING_HINT = ("a new connection was closed at once too, not TLS: the NameServer is refusing connections, "
+                 "as it does out of file descriptors (ulimit -n, LimitNOFILE) or at maxConnections; its log "
+                 "and namesrv_rejected_total{reason} on its metrics port say which")
+#: seconds the probe after an unanswered close gets at most
+PROBE_TLS_WITHIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -208,8 +216,10 @@ class NamesrvClient:
                 self.close()
                 if kept and isinstance(exc, (ConnectionResetError, BrokenPipeError)):
                     continue
-                hint = f" ({TLS_HINT})" if self.tls is None and isinstance(exc, ConnectionResetError) else ""
-                raise TransportError(f"{self.addr}: {code_name(code)} failed: {exc.strerror or exc}{hint}") from None
+                if isinstance(exc, ConnectionResetError):  # closed unanswered, our request unread
+                    raise TransportError(f"{self.addr} reset the connection before answering {code_name(code)}"
+                                         f"{self._closed_hint(deadline)}") from None
+                raise TransportError(f"{self.addr}: {code_name(code)} failed: {exc.strerror or exc}") from None
 
     def call_ok(self, code: int, ext: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
         """``call``, raising ResponseError unless the answer is SUCCESS."""
@@ -278,7 +288,7 @@ class NamesrvClient:
                 continue
             probe_at = None
             if not data:
-                hint = f" ({TLS_HINT})" if self.tls is None and not kept else ""
+                hint = "" if kept else self._closed_hint(deadline)
                 closed = TransportError if received else _ClosedUnanswered
                 raise closed(f"{self.addr} closed the connection before answering {code_name(code)}{hint}")
             received = True
@@ -290,6 +300,28 @@ class NamesrvClient:
                 raise TransportError(f"{self.addr}: undecodable answer to {code_name(code)}: {exc} "
                                      "(is that a RocketMQ NameServer's port?)") from None
             yield from (command for command in commands if command.is_response)
+
+    def _closed_hint(self, deadline: float) -> str:
+        """Why a new connection was closed before any answer: asked on a connection of its own.  An
+        enforcing TLS port closes a plain request and completes a handshake; a server out of
+        descriptors (or at maxConnections) closes both at once.  Only the first blamed TLS, always:
+        under ``ulimit -n 64`` with 200 peers, namesrv-admin said 'is the NameServer enforcing TLS?'."""
+        if self.tls is not None:
+            return ""  # already TLS: the handshake's own errors said what they could
+        wait = min(PROBE_TLS_WITHIN, max(deadline - time.monotonic(), 0.2))
+        probe = ssl.create_default_context()
+        probe.check_hostname = False
+        probe.verify_mode = ssl.CERT_NONE  # only whether it speaks TLS, not whom
+        try:
+            with socket.create_connection((self.host, self.port), timeout=wait) as raw:
+                with probe.wrap_socket(raw):
+                    return f" ({TLS_HINT})"
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError):
+            return f" ({REFUSING_HINT})"
+        except ssl.SSLError:  # a TLS alert: a TLS server that wants more (a client certificate)
+            return f" ({TLS_HINT})"
+        except OSError:  # refused now (stopped meanwhile), timed out: nothing to tell
+            return ""
 
     def _speaks_http(self, wait: float) -> bool:
         """Whether the peer answers an HTTP request, asked on a connection of its own so the

@@ -542,6 +542,10 @@ class NamesrvConfig:
         self.sources: dict[str, str] = {}
         self.values: dict[str, Any] = {k.name: k.default for k in schema.keys}
         self.extra: dict[str, str] = {}  # keys from the file that no config object knows
+        #: without -c, the keys of configStorePath this server does not read back (unknown to it, or
+        #: guarded, as rocketmqHome): written back as they were when it saves the file, where it has
+        #: no value of its own, so a file Java wrote keeps what Java reads from it (``-c``) after a swap back
+        self.kept_in_store: dict[str, str] = {}
         self.file_keys = set(file_keys or ())
         self.warnings: list[str] = []  # what from_file found suspicious in the file
         #: why the running values differ from configStorePath's (a runtime change whose save failed: it
@@ -576,6 +580,7 @@ class NamesrvConfig:
         values = dict(overrides or {})
         sources = dict.fromkeys(values, "command line")
         file_keys: dict[str, str] = {}
+        kept_in_store: dict[str, str] = {}
         warnings: list[str] = []
         if path:
             file_keys, warnings = read_properties_file(path)
@@ -588,6 +593,7 @@ class NamesrvConfig:
                 file_keys = {name: text for name, text in saved.items()
                              if name in schema.by_name and not schema.by_name[name].guarded and name not in values}
                 check_file_keys(store, file_keys, schema=schema)
+                kept_in_store = {name: text for name, text in saved.items() if name not in file_keys}
                 path = store
         for name in file_keys:
             sources.setdefault(name, str(path))
@@ -604,6 +610,7 @@ class NamesrvConfig:
             raise
         config.warnings = warnings
         config.sources = sources
+        config.kept_in_store = kept_in_store
         return config
 
     def apply(self, props: dict[str, str]) -> None:
@@ -703,14 +710,18 @@ class NamesrvConfig:
     def stored_text(self) -> str:
         """What UPDATE_NAMESRV_CONFIG writes to configStorePath: the answer's keys and the secrets
         too (the operator's own file; without them the next start would lose its key password)."""
-        return self._text(with_secrets=True)
+        return self._text(with_secrets=True, kept=self.kept_in_store)
 
-    def _text(self, with_secrets: bool) -> str:
+    def _text(self, with_secrets: bool, kept: dict[str, str] | None = None) -> str:
+        kept = kept or {}
         names = [n for n in self.listed_keys() if with_secrets or not is_secret(n)]
+        names += [n for n in kept if n not in names]
         names = sorted(names) if self.profile.sorted_config_text else java_hash_order(names)
         lines = []
         for name in names:
             value = self.values.get(name, self.extra.get(name))
+            if value is None:
+                value = kept.get(name)
             if value is not None:
                 lines.append(properties.dump_line(name, _text(value)))
         return "".join(lines)
