@@ -147,3 +147,21 @@ def test_an_uninterruptible_sleep_is_told_apart(holders):
     assert holders.runnable_ms(trace, SERVER, 1.0, 1.1) == pytest.approx(1.0)
     got = holders.held(trace, 1.0, 1.041, {SERVER}, set())
     assert got == pytest.approx({"kernel:kcompactd0": 31.0, "server": 10.0})
+
+
+def test_the_main_threads_waits_are_counted_by_who_had_the_core_as_each_began(holders):
+    """In LINES the server is woken at 10.002 while pip has the core (4 ms until it runs) and
+    preempted by pip at 10.008 (1.5 ms); here also woken once onto the idle core (0.05 ms)."""
+    lines = [*LINES, waking(10.012, 1, (PROBE, PROBE), "python", SERVER, 0),
+             switch(10.01205, 0, ("swapper/0", 0, 0), "R", ("python", SERVER))]
+    trace = holders.read_trace(lines, core=0)
+    got = holders.waits_by_holder(trace, SERVER, 10.000, 10.020, {SERVER}, {CURVE, PROBE})
+    assert got == {"other:pip": {"n": 2, "over_1_ms": 2, "max_ms": 4.0},
+                   "idle": {"n": 1, "over_1_ms": 0, "max_ms": 0.05}}
+    # only the waits that began in the window
+    assert holders.waits_by_holder(trace, SERVER, 10.007, 10.020, {SERVER}, set()) == {
+        "other:pip": {"n": 1, "over_1_ms": 1, "max_ms": 1.5}, "idle": {"n": 1, "over_1_ms": 0, "max_ms": 0.05}}
+    record = {"round": 1, "step": "tiny", "server": "ours", "server_pid": SERVER,
+              "phase_windows": {"heartbeat_storm": [10.000, 10.020]}}
+    (row,) = holders.run_report(trace, record, curve={CURVE, PROBE})
+    assert row["main_waits_by_holder"] == got

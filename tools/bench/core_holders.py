@@ -19,14 +19,18 @@ something else), the core idle, kernel threads (softirqs deferred to ``ksoftirqd
 memory compaction...), the curve's own processes (its load and probe: they belong on the other
 core) and every other process by name; and, for our server, how long its main thread was
 runnable on the core in that wait and how long it slept uninterruptibly (state D: a page fault on a
-page the kernel's compaction was moving held it 30 ms once).  Java serves from many threads, so
-for Java the core's split is what to compare.  Linux's ``perf`` only; pin ``perf`` itself to the
-load's core (``taskset -c 1 perf sched record ...``), or its writer takes the servers' core in bursts.
+page the kernel's compaction was moving held it 30 ms once); and every wait of its main thread for
+the core over the phase, by who had the core as it began (``main_waits_by_holder``: a wake-up onto
+the idle core against one behind another task, which lasts until that task's slice ends).  Java
+serves from many threads, so for Java the core's split is what to compare.  Linux's ``perf`` only;
+pin ``perf`` itself to the load's core (``taskset -c 1 perf sched record ...``), or its writer takes
+the servers' core in bursts.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import re
 import subprocess
@@ -182,6 +186,26 @@ def blocked_ms(trace: Trace, tid: int, t0: float, t1: float) -> float:
     return round(sum(overlap(a, b, t0, t1) for a, b in trace.blocked.get(tid, [])) * 1e3, 2)
 
 
+def waits_by_holder(trace: Trace, tid: int, t0: float, t1: float, server: set[int], curve: set[int]) -> dict[str, dict]:
+    """``tid``'s waits for the core that began in [t0, t1] (woken, or preempted, until it ran), by who had
+    the core as each began (``kind_of``; ``idle``: a wake-up the core was free for): how many, how many
+    of 1 ms or more, and the longest (ms). A wait behind another task lasts until the scheduler takes
+    the core from it (its slice's end is seen at a tick: 4 ms at 250 Hz); one onto an idle core, the
+    wake-up's own latency."""
+    starts = [span.start for span in trace.spans]
+    out: dict[str, dict] = {}
+    for a, b in trace.runnable.get(tid, []):
+        if not t0 <= a <= t1:
+            continue
+        i = bisect.bisect_right(starts, a) - 1
+        kind = kind_of(trace.spans[i], trace, server, curve) if i >= 0 and trace.spans[i].end > a else "unknown"
+        row = out.setdefault(kind, {"n": 0, "over_1_ms": 0, "max_ms": 0.0})
+        row["n"] += 1
+        row["over_1_ms"] += b - a >= 1e-3
+        row["max_ms"] = max(row["max_ms"], round((b - a) * 1e3, 3))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["max_ms"]))
+
+
 def run_report(trace: Trace, record: dict, curve: set[int]) -> Iterator[dict]:
     """One row per phase of a curve record (it needs ``server_pid``, ``phase_windows`` and
     ``probe_max_at``)."""
@@ -193,7 +217,8 @@ def run_report(trace: Trace, record: dict, curve: set[int]) -> Iterator[dict]:
     for phase, (t0, t1) in record.get("phase_windows", {}).items():
         row = {"round": record["round"], "step": record["step"], "server": record["server"], "phase": phase,
                "phase_s": round(t1 - t0, 3), "core_in_phase_ms": held(trace, t0, t1, server, curve),
-               "main_runnable_in_phase_ms": runnable_ms(trace, pid, t0, t1)}
+               "main_runnable_in_phase_ms": runnable_ms(trace, pid, t0, t1),
+               "main_waits_by_holder": waits_by_holder(trace, pid, t0, t1, server, curve)}
         at, wait = record.get("probe_max_at", {}).get(phase), figures.get(f"{phase}_probe_max_ms")
         if at is not None and wait is not None:
             w0, w1 = at, at + wait / 1e3
