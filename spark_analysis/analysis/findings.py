@@ -55,7 +55,7 @@ CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
 KINDS = ("packets_dropped", "files_missing", "files_overwritten", "began_mid_stream", "capture_cut",
-         "clock_stepped_back", "one_way_capture", "bad_input", "server_unread",
+         "clock_stepped_back", "one_way_capture", "bad_input", "records_not_read", "server_unread",
          "broker_connection_closed", "end_across_clock_step", "crc_failure",
          "registration_refused",
          "server_restart",
@@ -81,7 +81,7 @@ DELETION_BEFORE_S, DELETION_AFTER_S = 60.0, 30.0
 SKEWED_S = 1.0
 #: well-known link types by number (pcap LINKTYPE_*)
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
-              108: "LOOP", 258: "PKTAP", 228: "IPV4", 229: "IPV6"}
+              108: "LOOP", 258: "PKTAP", 228: "IPV4", 229: "IPV6", 239: "NFLOG"}
 #: an input whose link type the reading does not decode (packets.LINK_TYPES_READ)
 LINK_NOT_READ = "link type not read"
 LINK_TYPES_SAID = ("Ethernet, Linux cooked v1/v2, BSD loopback, raw IP, Apple's PKTAP")
@@ -206,8 +206,29 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                          None if fact.link_type in LINK_TYPES_READ else LINK_NOT_READ),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
-                     "compression": fact.compression, "reason": fact.reason})
+                     "compression": fact.compression, "reason": fact.reason, **_unread_records_row(fact)})
     return rows
+
+
+def _unread_records_row(fact: inputs.FileFacts) -> Item:
+    """A file's records of a link type not read, where it holds others that are (a pcapng's
+    interfaces): only there, so that every other file's row is as it was."""
+    if not fact.unread_records or fact.link_type not in LINK_TYPES_READ:
+        return {}
+    return {"unread_records": fact.unread_records, "unread_link_type": _link_type(fact.unread_link_type)}
+
+
+def _unread_records_findings(files: list[Item]) -> Iterable[Item]:
+    """A file whose records are partly of a link type not read (``dumpcap -i nflog -i lo``: NFLOG and
+    Ethernet interfaces in one pcapng): its other records are read, these are not, and what they held
+    is not in the report (a warning: that interface may have carried traffic no other did)."""
+    for f in files:
+        if f.get("unread_records"):
+            yield _finding("records_not_read", WARNING, f"{f['path']}: {f['unread_records']:,} of its "
+                           f"{f['records']:,} records are of link type {f['unread_link_type']}, not read "
+                           f"({LINK_TYPES_SAID}): an interface of another kind captured with those read; what "
+                           f"they held is not in this report", path=f["path"], records=f["unread_records"],
+                           link_type=f["unread_link_type"])
 
 
 def note_cut_read_elsewhere(rows: list[Item], paths: set[str]) -> None:
@@ -316,7 +337,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     unheard_clients = {server for server, side in groups.get(UNHEARD, {}) if side == "client"}
     found: list[Item] = [*_step_findings(files, brokers),
                          *_cut_findings(files, counts or {}, endpoints or [], spoken, unheard_clients),
-                         *(others or [])]
+                         *(others or []), *_unread_records_findings(files)]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
     deletions = [story for story in stories if story["kind"] == "topic_deleted"]
@@ -905,6 +926,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "translated_copies": ("seen_as", "address{s} whose connections were captured again translated (NAT)"),
          "same_traffic_twice": ("server", "server{s} whose connections two captures both hold (two capture points)"),
          "bad_input": ("path", "bad input file{s}"),
+         "records_not_read": ("path", "capture file{s} with records of a link type not read"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "end_across_clock_step": ("broker", "broker{s} whose connection closed across a clock step"),
          "retry_topic_lookup": ("topic", "retry topic{s} looked up at consumer start"),
