@@ -28,7 +28,7 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.decode.rows import is_cut_broker_addr
 from spark_analysis.model.capture_points import CapturePoints, SecondPoint
-from spark_analysis.model.endpoints import EndpointStory
+from spark_analysis.model.endpoints import EndpointStory, Outage
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, ConnectionEnds, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
@@ -1471,7 +1471,8 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
                      "outages": [{"down": iso_time(o.down), "up": _iso(o.up), "closed": o.closed,
                                   "refused": o.refused, "unseen": o.unseen,
                                   # only where another address of the same listener told it: the rest as they were
-                                  **({"seen_as": o.seen_as} if o.seen_as else {})} for o in story.outages],
+                                  **({"seen_as": o.seen_as} if o.seen_as else {}),
+                                  **_down_range_row(o)} for o in story.outages],
                      "refused": [{"count": n, "first": iso_time(a), "last": iso_time(b), "when": when}
                                  for n, a, b, when in story.refused]})
         if story.turned_away:  # only where there were: every other capture's summary as it was
@@ -1523,13 +1524,11 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                                    server=endpoint, t=outage["down"], closed=outage["closed"], **more)
                     continue
                 down_s = seconds_between(outage["down"], outage["up"])
-                back = sorted({b["broker_addr"] for b in brokers if b["server"] == endpoint
-                               and outage["up"] <= iso_time(b["first_seen"]) <= iso_time(
-                                   b["first_seen"] if b["first_seen"] else 0)})
+                back = _came_back(brokers, endpoint, outage, row["outages"])
                 went = (f"not listening by {outage['down']} (no connection open as it went: its first refused "
-                        f"attempt), down at least {down_s:,.1f} s" if outage.get("unseen") else
+                        f"attempt), {_down_said(outage, down_s)}" if outage.get("unseen") else
                         f"went away at {outage['down']} (closed {outage['closed']} connection(s)), "
-                        f"down {down_s:,.1f} s")
+                        f"{_down_said(outage, down_s)}")
                 if outage.get("seen_as"):  # its own packets held nothing of it: the other address's did
                     went = (f"not listening by {outage['down']} (told by the packets of {outage['seen_as']}, the "
                             f"same listener on another of this host's addresses), down at least {down_s:,.1f} s")
@@ -1537,7 +1536,8 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                                f"took connections again at {outage['up']}; {outage['refused']} attempt(s) refused "
                                f"meanwhile; {len(back)} broker(s) registered again: {', '.join(back) or 'none'}",
                                server=endpoint, t=outage["down"], up=outage["up"], down_s=round(down_s, 3),
-                               refused_while_down=outage["refused"], came_back=back, **more)
+                               refused_while_down=outage["refused"], came_back=back, **more,
+                               **{key: outage[key] for key in ("down_s_range",) if key in outage})
         count = sum(r["count"] for r in row["refused"])
         if count:
             whens = ", ".join(f"{r['count']} {r['when'].replace('_', ' ')}" for r in row["refused"])
@@ -1545,6 +1545,42 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                            f"nothing listening ({whens}; from {row['refused'][0]['first']})", endpoint=endpoint,
                            count=count, first=min(r["first"] for r in row["refused"]),
                            last=max(r["last"] for r in row["refused"]))
+
+
+def _came_back(brokers: list[Item], endpoint: str, outage: Item, outages: list[Item]) -> list[str]:
+    """The brokers that registered again at ``endpoint`` after a restart: first seen in the run that
+    began at its ``up``, before the endpoint's next going. All those first seen after ``up`` were
+    counted, a later run's too: a NameServer restarted twice, its brokers named by their connections
+    (a snap length), had "4 broker(s) registered again" after its first restart, of two brokers."""
+    until = min((o["down"] for o in outages if o["down"] > outage["up"]), default=None)
+    stays = [(b["broker_addr"], iso_time(b["first_seen"])) for b in brokers
+             if b["server"] == endpoint and b["first_seen"]]
+    return sorted({addr for addr, first in stays if outage["up"] <= first and (until is None or first < until)})
+
+
+def _down_range_row(outage: Outage) -> Item:
+    """An outage's ``down_s_range`` and the packets that bound it, where they do (Outage.down_range):
+    only there, so that every other outage's row is as it was."""
+    bounds = outage.down_range()
+    if bounds is None:
+        return {}
+    return {"down_s_range": [round(bounds[0], 3), round(bounds[1], 3)], "last_refused": _iso(outage.last_refused),
+            **({"last_seen": _iso(outage.last_seen)} if outage.unseen else {})}
+
+
+def _down_said(outage: Item, down_s: float) -> str:
+    """How long a restarted NameServer was down, in words: a range where the packets bound it on both
+    sides (at least while its attempts were refused, at most from its last packet before, or its
+    closes, to the connection it took again), else what ``down_s`` is: from its going (its closes,
+    or its first refused attempt) to that connection, at most or at least."""
+    bounds = outage.get("down_s_range")
+    if bounds is not None:
+        seen = (f"its last packet before at {outage['last_seen']}, " if outage.get("last_seen") else "")
+        return (f"down {bounds[0]:,.1f}-{bounds[1]:,.1f} s ({seen}its last refused attempt at "
+                f"{outage['last_refused']})")
+    if outage.get("unseen"):
+        return f"down at least {down_s:,.1f} s"
+    return f"down at most {down_s:,.1f} s (no attempt refused meanwhile: it may have listened before)"
 
 
 def seconds_between(first: str, second: str) -> float:
