@@ -50,6 +50,8 @@ KIND_CLASSES = {
     "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
     "files_overwritten": "ring",  # a ring that wrapped (its names): exactly the truth's rings, the count overwritten
     "broker_alive_before_missing": "absent",  # so no stay is alive where files go missing
+    # records of an interface of a link type not read, in a file of others: exactly the truth's records_not_read
+    "records_not_read": "records_not_read",
     "packets_dropped": "dropped",  # what a pcapng's statistics say the capture dropped: exactly the truth's dropped
     # a silence over bytes of the broker's connection the capture never had: must be a truth silence with them
     "silence_not_captured": "not_captured",
@@ -118,7 +120,8 @@ def _events(truth: dict) -> list[Event]:
         runs = ns["runs"]
         for before, after in zip(runs, runs[1:], strict=False):
             events.append(Event("restart", f"{ns['endpoint']} restarted (down {before['down']}, up {after['up']})",
-                                seconds(before["down"]), seconds(after["up"]), match={"endpoint": ns["endpoint"]}))
+                                seconds(before["down"]), seconds(after["up"]), match={"endpoint": ns["endpoint"]},
+                                extra={"down_s": seconds(after["up"]) - seconds(before["down"])}))
         if runs[-1]["down"] is not None:  # required when the packets show it (it closed open connections)
             events.append(Event("server_stopped", f"{ns['endpoint']} stopped at {runs[-1]['down']}",
                                 seconds(runs[-1]["down"]), match={"endpoint": ns["endpoint"]},
@@ -157,6 +160,9 @@ def _events(truth: dict) -> list[Event]:
     for drop in truth.get("dropped", []):
         events.append(Event("dropped", f"{drop['file']}: the capture dropped {drop['dropped']} packets, received "
                             f"{drop['received']}", match={"dropped": drop["dropped"], "received": drop["received"]}))
+    for unread in truth.get("records_not_read", []):
+        events.append(Event("records_not_read", f"{unread['file']}: {unread['records']} records of link type "
+                            f"{unread['link_type']} not read", match={"records": unread["records"]}))
     for ring in truth.get("rings", []):
         events.append(Event("ring", f"{ring['oldest_kept']}: the oldest file of a ring that wrapped, "
                             f"{ring['overwritten']} files overwritten before it",
@@ -236,6 +242,10 @@ def _fits(event: Event, item: dict, cls: str, tolerance: float, timed: bool = Tr
 
 def _extra_problems(event: Event, item: dict, tolerance: float) -> list[str]:
     problems = []
+    if event.cls == "restart" and item.get("down_s_range"):  # the range the packets bound must hold the truth's
+        low, high = item["down_s_range"]
+        if not low - tolerance <= event.extra["down_s"] <= high + tolerance:
+            problems.append(f"{event.what}: down {low}-{high} s told, truth {event.extra['down_s']:.3f} s")
     if event.cls == "expired":
         if item.get("severity") != "warning":
             problems.append(f"{event.what}: told as {item.get('severity')}, not a warning")

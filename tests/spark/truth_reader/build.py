@@ -28,6 +28,7 @@ from .packets import (
     step_time,
     syn_ports,
     translated_copies,
+    unread_records,
 )
 
 REGISTER, UNREGISTER, WIPE, ADD, DELETE_TOPIC = 103, 104, 205, 327, 216
@@ -504,6 +505,9 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     drops = [drop for f in a.files if (drop := dropped(d / f)) and drop["dropped"]]
     if drops:
         truth["dropped"] = drops  # what the file's own statistics say the capture dropped
+    unread = [found for f in a.files if (found := unread_records(d / f))]
+    if unread:
+        truth["records_not_read"] = unread  # records of an interface of a link type not read, beside others
     if a.ring:
         truth["rings"] = [{"oldest_kept": oldest, "overwritten": int(count)} for oldest, count in a.ring]
     if log.flavor == "ours":

@@ -8,7 +8,7 @@ import json
 import lzma
 import re
 import struct
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 
@@ -118,11 +118,24 @@ def dropped(path: Path) -> dict | None:
             "received": sum(s.get("received", 0) for s in last.values())}
 
 
+def unread_records(path: Path) -> dict | None:
+    """The records of a capture file of link types this reader (and the report) does not read, where it
+    holds records of others too (a pcapng of an NFLOG interface and an Ethernet one): how many, of which
+    link type (the first met); None if there are none, or if no record of the file is read at all."""
+    kinds = Counter(link_type for _t, link_type, _pkt, _orig in records(path))
+    unread = {link: n for link, n in kinds.items() if link not in LINK_HEADERS}
+    if not unread or len(unread) == len(kinds):
+        return None
+    return {"file": path.name, "link_type": next(iter(unread)), "records": sum(unread.values())}
+
+
 def read_pcap(path: Path):
     """(t, src, dst, flags, seq, payload, missing) of every TCP/IPv4 segment of a capture file (Ethernet,
     SLL, SLL2, raw IP), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
     out = []
     for t, link_type, pkt, _orig in records(path):
+        if link_type not in LINK_HEADERS:
+            continue  # another interface's records (dumpcap -i nflog -i lo): unread_records counts them
         link, ethertype_at = LINK_HEADERS[link_type]
         if ethertype_at is None:
             if not pkt or pkt[0] >> 4 != 4:
