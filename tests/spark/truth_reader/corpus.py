@@ -52,7 +52,7 @@ ZRING = ("RocketMQ 5.3.3, one NameServer, broker-a and broker-b; producer TopicB
          "(SIGTERM, the brokers' connections open: it closes them) and started again 20 s later; then the cluster "
          "stopped cleanly (broker-a, broker-b, then the NameServer: nothing open as it went) and started again 10 s "
          "later. Three captures ran at once on the namespace (a tcpdump -C 1 -W 3 -z gzip ring, a tcpdump -G 20 "
-         "-s 128 set, a dumpcap of two interfaces); this folder holds the dumpcap's")
+         "-s 128 set, a dumpcap of two interfaces); v5-zring-nflog holds the dumpcap's, v5-zring-gz another run's ring")
 
 
 def _ops(capture: str) -> list[str]:
@@ -293,6 +293,17 @@ ARGS: dict[str, list[str]] = {
                            "records are told not read (records_not_read), its Ethernet ones read",
                            why=f"{LAUNCH}; while it is down the brokers retry (the first stop), or are stopped too "
                            "(the second: the cluster stopped cleanly, brokers first)"),
+    "v5-zring-gz": _one("5.3.3", "--restart", r"namesrv stop \(SIGTERM\)", r"namesrv start \(again\)", "--restart",
+                        "namesrv stop$", r"namesrv start \(again\)", "--files-missing", "--note",
+                        ZRING.replace("15000", "40000"), "--note", "tcpdump -i any -s 96 -C 1 -W 3 -z gzip -Z root -w "
+                        "ns.pcap (no filter): a ring of three 1 MB files that wrapped three times; gzip refused to "
+                        "overwrite the first lap's ns.pcapN.gz ('already exists; not overwritten'), so those stayed "
+                        "and the newest files stayed unzipped beside them: the first lap, then 40 s of files written "
+                        "over, then the last ones. Each file cut down to its tcp port 9876 packets afterwards "
+                        "(tshark -Y), the unzipped ones kept as xz: files missing between ns.pcap2.gz and ns.pcap1 "
+                        "(files_missing, read from the broker connections' sequence numbers), nothing told across them",
+                        why=f"{LAUNCH}; while it is down the brokers retry (the first stop), or are stopped too "
+                        "(the second: the cluster stopped cleanly, brokers first)"),
     "v5-anylo": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--why", "10.38.1.1:9876=the "
                      "NameServer's own scanAvailableNameSrv (default on) connects to <first non-loopback "
                      "address>:9876 every 3 s; it listens on 127.0.0.1 only", "--note", "dumpcap -i any -i lo (two "

@@ -129,6 +129,26 @@ def unread_records(path: Path) -> dict | None:
     return {"file": path.name, "link_type": next(iter(unread)), "records": sum(unread.values())}
 
 
+def files_missing(folder: Path, files: list[str]) -> list[dict]:
+    """Files of a rotated set missing between two of ``files``: in time order, a later file holding a
+    connection of the one before it whose bytes, one way, start past where that file left them (bytes
+    neither holds: a ring, tcpdump -C -W, wrote over the files between). From the earlier file's last
+    packet to the later's first."""
+    spans = sorted((part[0][0], part[-1][0], f, part) for f in files if (part := read_pcap(folder / f)))
+    found = []
+    for (_first, last, before, earlier), (first, _last, after, later) in zip(spans, spans[1:], strict=False):
+        left: dict[tuple[str, str], int] = {}  # each way's next sequence number after the earlier file
+        for _t, src, dst, flags, seq, payload, missing in earlier:
+            left[(src, dst)] = (seq + len(payload) + missing + bool(flags & (SYN | FIN))) % 2**32
+        starts: dict[tuple[str, str], int] = {}
+        for _t, src, dst, _flags, seq, _payload, _missing in later:
+            starts.setdefault((src, dst), seq)
+        if any(0 < (starts[way] - left[way]) % 2**32 < 2**31 for way in left.keys() & starts.keys()):
+            found.append({"before": before, "after": after, "from": iso(last), "until": iso(first),
+                          "seconds": round(first - last, 6)})
+    return found
+
+
 def read_pcap(path: Path):
     """(t, src, dst, flags, seq, payload, missing) of every TCP/IPv4 segment of a capture file (Ethernet,
     SLL, SLL2, raw IP), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
