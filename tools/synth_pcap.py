@@ -148,6 +148,10 @@ class Generator:
         self.bodies: dict[tuple, bytes] = {}
         self.routes: dict[str, bytes] = {}
         self.last_record = self.o.start  # the time of the last whole record written: the capture's end
+        #: per connection number, the last whole record written carrying bytes, and whether a FIN was written:
+        #: a request after that connection's last bytes, on one not closed, is one the capture ended with
+        self.last_bytes: dict[int, float] = {}
+        self.closed: set[int] = set()
         #: when the NameServer goes away, and when the sessions change in the truth (while it is down)
         self.restart_at = options.start + options.hours * 3600 * options.server_restart if options.server_restart \
             else None
@@ -446,6 +450,10 @@ class Generator:
                 continue
             if last is not None:
                 self._record(out, last)
+                if last.payload:
+                    self.last_bytes[last.conn.number] = last.ts
+                if last.flags & FIN:
+                    self.closed.add(last.conn.number)
                 written += 1
                 self.last_record = last.ts
                 self._note_session(last.ts)
@@ -454,6 +462,11 @@ class Generator:
         if last.frame is not None:
             last.frame.lost = True
         return self.truth(written)
+
+    def _capture_ended_with(self, request: Frame) -> bool:
+        """Whether the capture holds no byte of the request's connection after it and never its close:
+        no answer could be seen (the report's calls/ row says ``cut``, not unanswered)."""
+        return request.conn not in self.closed and self.last_bytes.get(request.conn, request.ts) <= request.ts
 
     def _note_session(self, ts: float) -> None:
         """A whole record at ``ts``: the first or last of its session so far."""
@@ -531,13 +544,14 @@ class Generator:
             "requests_by_code": dict(Counter(code_name(f.code) for f in requests)),
             # what the findings must say: answers with a non-zero code by "request code name response
             # code", route lookups answered TOPIC_NOT_EXIST by "topic client", requests that expected
-            # an answer and got none (or none captured) by code name
+            # an answer and got none by code name (not those the capture ended with: _capture_ended_with)
             "response_codes": dict(Counter(f"{code_name(f.code)} {f.answer.code}" for f in answered
                                            if f.answer.code)),
             "topic_not_exist": dict(Counter(f"{f.topic} {f.client}" for f in answered
                                             if f.answer.code == ResponseCode.TOPIC_NOT_EXIST)),
             "unanswered_expected": dict(Counter(code_name(f.code) for f in requests
-                                                if not f.oneway and (f.answer is None or f.answer.lost))),
+                                                if not f.oneway and (f.answer is None or f.answer.lost)
+                                                and not self._capture_ended_with(f))),
             # one session unless the server restarted: each named as the report names it, with
             # its brokers; ``brokers``: those of the first
             "sessions": [{"session": _session_name(bounds[0]), "start": _micros(bounds[0]), "end": _micros(bounds[1]),

@@ -28,7 +28,7 @@ from spark_analysis.capture.reassembly import DEFAULT_SERVER_PORT
 from spark_analysis.decode.controller import NO_REQUEST
 from spark_analysis.decode.rows import is_cut_broker_addr
 from spark_analysis.model.capture_points import CapturePoints, SecondPoint
-from spark_analysis.model.endpoints import EndpointStory
+from spark_analysis.model.endpoints import EndpointStory, Outage
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, Capture, ConnectionEnds, role
 from spark_analysis.model.sessions import iso_datetime, iso_time
 from spark_analysis.model.sessions import iso_seconds as _seconds
@@ -55,7 +55,7 @@ CRITICAL, WARNING, INFO = "critical", "warning", "info"
 SEVERITIES = (CRITICAL, WARNING, INFO)
 #: the kinds of finding, in the order they are listed within a severity (docs/capture-report.md)
 KINDS = ("packets_dropped", "files_missing", "files_overwritten", "began_mid_stream", "capture_cut",
-         "clock_stepped_back", "one_way_capture", "bad_input", "server_unread",
+         "clock_stepped_back", "one_way_capture", "bad_input", "records_not_read", "server_unread",
          "broker_connection_closed", "end_across_clock_step", "crc_failure",
          "registration_refused",
          "server_restart",
@@ -81,7 +81,7 @@ DELETION_BEFORE_S, DELETION_AFTER_S = 60.0, 30.0
 SKEWED_S = 1.0
 #: well-known link types by number (pcap LINKTYPE_*)
 LINK_TYPES = {0: "NULL", 1: "ETHERNET", 101: "RAW", 12: "RAW", 14: "RAW", 113: "LINUX_SLL", 276: "LINUX_SLL2",
-              108: "LOOP", 258: "PKTAP", 228: "IPV4", 229: "IPV6"}
+              108: "LOOP", 258: "PKTAP", 228: "IPV4", 229: "IPV6", 239: "NFLOG"}
 #: an input whose link type the reading does not decode (packets.LINK_TYPES_READ)
 LINK_NOT_READ = "link type not read"
 LINK_TYPES_SAID = ("Ethernet, Linux cooked v1/v2, BSD loopback, raw IP, Apple's PKTAP")
@@ -206,8 +206,29 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                          None if fact.link_type in LINK_TYPES_READ else LINK_NOT_READ),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
-                     "compression": fact.compression, "reason": fact.reason})
+                     "compression": fact.compression, "reason": fact.reason, **_unread_records_row(fact)})
     return rows
+
+
+def _unread_records_row(fact: inputs.FileFacts) -> Item:
+    """A file's records of a link type not read, where it holds others that are (a pcapng's
+    interfaces): only there, so that every other file's row is as it was."""
+    if not fact.unread_records or fact.link_type not in LINK_TYPES_READ:
+        return {}
+    return {"unread_records": fact.unread_records, "unread_link_type": _link_type(fact.unread_link_type)}
+
+
+def _unread_records_findings(files: list[Item]) -> Iterable[Item]:
+    """A file whose records are partly of a link type not read (``dumpcap -i nflog -i lo``: NFLOG and
+    Ethernet interfaces in one pcapng): its other records are read, these are not, and what they held
+    is not in the report (a warning: that interface may have carried traffic no other did)."""
+    for f in files:
+        if f.get("unread_records"):
+            yield _finding("records_not_read", WARNING, f"{f['path']}: {f['unread_records']:,} of its "
+                           f"{f['records']:,} records are of link type {f['unread_link_type']}, not read "
+                           f"({LINK_TYPES_SAID}): an interface of another kind captured with those read; what "
+                           f"they held is not in this report", path=f["path"], records=f["unread_records"],
+                           link_type=f["unread_link_type"])
 
 
 def note_cut_read_elsewhere(rows: list[Item], paths: set[str]) -> None:
@@ -316,7 +337,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     unheard_clients = {server for server, side in groups.get(UNHEARD, {}) if side == "client"}
     found: list[Item] = [*_step_findings(files, brokers),
                          *_cut_findings(files, counts or {}, endpoints or [], spoken, unheard_clients),
-                         *(others or [])]
+                         *(others or []), *_unread_records_findings(files)]
     lookups = [story for story in stories or [] if story["kind"] == "lookup_failed"]
     stories = [story for story in stories or [] if story["kind"] != "lookup_failed"]
     deletions = [story for story in stories if story["kind"] == "topic_deleted"]
@@ -905,6 +926,7 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "translated_copies": ("seen_as", "address{s} whose connections were captured again translated (NAT)"),
          "same_traffic_twice": ("server", "server{s} whose connections two captures both hold (two capture points)"),
          "bad_input": ("path", "bad input file{s}"),
+         "records_not_read": ("path", "capture file{s} with records of a link type not read"),
          "broker_connection_closed": ("broker", "broker{s} whose connection closed without unregistering"),
          "end_across_clock_step": ("broker", "broker{s} whose connection closed across a clock step"),
          "retry_topic_lookup": ("topic", "retry topic{s} looked up at consumer start"),
@@ -1449,7 +1471,8 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
                      "outages": [{"down": iso_time(o.down), "up": _iso(o.up), "closed": o.closed,
                                   "refused": o.refused, "unseen": o.unseen,
                                   # only where another address of the same listener told it: the rest as they were
-                                  **({"seen_as": o.seen_as} if o.seen_as else {})} for o in story.outages],
+                                  **({"seen_as": o.seen_as} if o.seen_as else {}),
+                                  **_down_range_row(o)} for o in story.outages],
                      "refused": [{"count": n, "first": iso_time(a), "last": iso_time(b), "when": when}
                                  for n, a, b, when in story.refused]})
         if story.turned_away:  # only where there were: every other capture's summary as it was
@@ -1501,13 +1524,11 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                                    server=endpoint, t=outage["down"], closed=outage["closed"], **more)
                     continue
                 down_s = seconds_between(outage["down"], outage["up"])
-                back = sorted({b["broker_addr"] for b in brokers if b["server"] == endpoint
-                               and outage["up"] <= iso_time(b["first_seen"]) <= iso_time(
-                                   b["first_seen"] if b["first_seen"] else 0)})
+                back = _came_back(brokers, endpoint, outage, row["outages"])
                 went = (f"not listening by {outage['down']} (no connection open as it went: its first refused "
-                        f"attempt), down at least {down_s:,.1f} s" if outage.get("unseen") else
+                        f"attempt), {_down_said(outage, down_s)}" if outage.get("unseen") else
                         f"went away at {outage['down']} (closed {outage['closed']} connection(s)), "
-                        f"down {down_s:,.1f} s")
+                        f"{_down_said(outage, down_s)}")
                 if outage.get("seen_as"):  # its own packets held nothing of it: the other address's did
                     went = (f"not listening by {outage['down']} (told by the packets of {outage['seen_as']}, the "
                             f"same listener on another of this host's addresses), down at least {down_s:,.1f} s")
@@ -1515,7 +1536,8 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                                f"took connections again at {outage['up']}; {outage['refused']} attempt(s) refused "
                                f"meanwhile; {len(back)} broker(s) registered again: {', '.join(back) or 'none'}",
                                server=endpoint, t=outage["down"], up=outage["up"], down_s=round(down_s, 3),
-                               refused_while_down=outage["refused"], came_back=back, **more)
+                               refused_while_down=outage["refused"], came_back=back, **more,
+                               **{key: outage[key] for key in ("down_s_range",) if key in outage})
         count = sum(r["count"] for r in row["refused"])
         if count:
             whens = ", ".join(f"{r['count']} {r['when'].replace('_', ' ')}" for r in row["refused"])
@@ -1523,6 +1545,42 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                            f"nothing listening ({whens}; from {row['refused'][0]['first']})", endpoint=endpoint,
                            count=count, first=min(r["first"] for r in row["refused"]),
                            last=max(r["last"] for r in row["refused"]))
+
+
+def _came_back(brokers: list[Item], endpoint: str, outage: Item, outages: list[Item]) -> list[str]:
+    """The brokers that registered again at ``endpoint`` after a restart: first seen in the run that
+    began at its ``up``, before the endpoint's next going. All those first seen after ``up`` were
+    counted, a later run's too: a NameServer restarted twice, its brokers named by their connections
+    (a snap length), had "4 broker(s) registered again" after its first restart, of two brokers."""
+    until = min((o["down"] for o in outages if o["down"] > outage["up"]), default=None)
+    stays = [(b["broker_addr"], iso_time(b["first_seen"])) for b in brokers
+             if b["server"] == endpoint and b["first_seen"]]
+    return sorted({addr for addr, first in stays if outage["up"] <= first and (until is None or first < until)})
+
+
+def _down_range_row(outage: Outage) -> Item:
+    """An outage's ``down_s_range`` and the packets that bound it, where they do (Outage.down_range):
+    only there, so that every other outage's row is as it was."""
+    bounds = outage.down_range()
+    if bounds is None:
+        return {}
+    return {"down_s_range": [round(bounds[0], 3), round(bounds[1], 3)], "last_refused": _iso(outage.last_refused),
+            **({"last_seen": _iso(outage.last_seen)} if outage.unseen else {})}
+
+
+def _down_said(outage: Item, down_s: float) -> str:
+    """How long a restarted NameServer was down, in words: a range where the packets bound it on both
+    sides (at least while its attempts were refused, at most from its last packet before, or its
+    closes, to the connection it took again), else what ``down_s`` is: from its going (its closes,
+    or its first refused attempt) to that connection, at most or at least."""
+    bounds = outage.get("down_s_range")
+    if bounds is not None:
+        seen = (f"its last packet before at {outage['last_seen']}, " if outage.get("last_seen") else "")
+        return (f"down {bounds[0]:,.1f}-{bounds[1]:,.1f} s ({seen}its last refused attempt at "
+                f"{outage['last_refused']})")
+    if outage.get("unseen"):
+        return f"down at least {down_s:,.1f} s"
+    return f"down at most {down_s:,.1f} s (no attempt refused meanwhile: it may have listened before)"
 
 
 def seconds_between(first: str, second: str) -> float:

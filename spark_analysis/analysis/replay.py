@@ -256,9 +256,7 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
         by_session.setdefault(start, []).extend(events[first:after])
     replay = Replay()
     for start, found in sorted(by_session.items()):
-        outage = None
-        if story is not None:
-            outage = next((o for o in story.outages if o.down >= start - 1.0), None)
+        outage = _outage_ending(story, start, session_end(found[-1]["t"]))
         end = outage.down if outage is not None else session_end(found[-1]["t"])
         session = _SessionReplay(server, sessions.name(server, start), start, found, story, bodies)
         session.run(end, stopped=outage is not None)
@@ -271,6 +269,18 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
     asked = [event for event in events if event["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC]
     replay.lookups = judge_lookups(server, asked, replay.routes, sessions, story)
     return replay
+
+
+def _outage_ending(story: EndpointStory | None, start: float, period_end: float) -> Outage | None:
+    """The endpoint's going that ends a session starting at ``start``: its first outage from then
+    on, within the capture period the session's events end in (``period_end``). One after it is
+    another period's: the first was any outage after ``start``, so a session cut by files of a
+    rotated set missing (v5-zring-gz: a -z gzip ring that wrapped) ended its stays 'server_stopped' by a
+    restart in the files after the gap, told across what was not captured: they are alive where its
+    capture ended (broker_alive_before_missing)."""
+    if story is None:
+        return None
+    return next((o for o in story.outages if start - 1.0 <= o.down <= period_end + 1.0), None)
 
 
 def back_from(story: EndpointStory | None, start: float) -> Outage | None:

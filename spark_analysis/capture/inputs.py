@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from spark_analysis.capture.captured import Buffer
-from spark_analysis.capture.packets import Ports, segment_columns
+from spark_analysis.capture.packets import LINK_TYPES_READ, Ports, segment_columns
 from spark_analysis.capture.pcapng import PcapngEnd
 from spark_analysis.capture.reassembly import SEGMENT, STEP_BACK_TOLERANCE_S, SegmentTable, merge_tables
 from spark_analysis.capture.records import (
@@ -800,12 +800,27 @@ def _note_span(tally: ReadTally, file: CaptureFile, records: RecordIndex) -> np.
         return np.zeros(1, np.int64)
     cut = records.length < records.orig_len
     span = time_span(records)
+    link_type, unread, unread_type = _link_types(records)
     tally.note_file(file.path, records=len(records.ts), first=float(records.ts.min()),
-                    last=float(records.ts.max()), link_type=int(records.linktype[0]),
-                    cut_records=int(cut.sum()),
+                    last=float(records.ts.max()), link_type=link_type, unread_records=unread,
+                    unread_link_type=unread_type, cut_records=int(cut.sum()),
                     uncaptured_bytes=int((records.orig_len[cut] - records.length[cut]).sum()),
                     cut_at=int(records.length[cut].max()) if cut.any() else 0, spans=(span,))
     return np.array([int(records.start[0]), *(silence.offset for silence in span.silences)], np.int64)
+
+
+def _link_types(records: RecordIndex) -> tuple[int, int, int | None]:
+    """A byte range's link type (its first record's of a link type read, else its first record's),
+    how many of its records are of a link type not read, and the first of those. A pcapng holds one
+    link type per interface: dumpcap -i nflog -i lo writes NFLOG and Ethernet records in one file,
+    and a file whose first record was an NFLOG one was named "link type not read", its Ethernet
+    records (the NameServer's traffic) never told; one whose first was Ethernet dropped the NFLOG
+    ones unsaid."""
+    read = np.isin(records.linktype, list(LINK_TYPES_READ))
+    first_read = int(np.argmax(read)) if read.any() else 0
+    unread = np.flatnonzero(~read)
+    return (int(records.linktype[first_read]), len(unread),
+            int(records.linktype[unread[0]]) if len(unread) else None)
 
 
 def _by_stretch(rows: np.ndarray, stretches: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -912,6 +927,10 @@ class FileFacts(NamedTuple):
     #: buffer full, isb_ifdrop; the OS, isb_osdrop) and those it says it received (None: not said)
     dropped: int = 0
     received: int | None = None
+    #: records of a link type not read in a file that holds others (a pcapng's interfaces), and
+    #: that link type (the first of them met)
+    unread_records: int = 0
+    unread_link_type: int | None = None
 
 
 #: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
@@ -936,17 +955,24 @@ class ReadTally:
                   link_type: int | None = None, problem: str | None = None, trailing_bytes: int = 0,
                   cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0,
                   compression: str | None = None, reason: str | None = None, spans: tuple[TimeSpan, ...] = (),
-                  dropped: int = 0, received: int | None = None) -> None:
-        """Merge facts about a file (several tasks read ranges of one file); its first problem stays."""
+                  dropped: int = 0, received: int | None = None, unread_records: int = 0,
+                  unread_link_type: int | None = None) -> None:
+        """Merge facts about a file (several tasks read ranges of one file); its first problem stays,
+        and its first link type that is read (a range whose records are all of another interface's
+        does not make the file unread)."""
         old = self.files.get(path) or FileFacts()
+        kept_type = old.link_type is not None and (old.link_type in LINK_TYPES_READ or link_type is None
+                                                   or link_type not in LINK_TYPES_READ)
         self.files[path] = FileFacts(
             old.records + records, min((t for t in (old.first, first) if t is not None), default=None),
             max((t for t in (old.last, last) if t is not None), default=None),
-            old.link_type if old.link_type is not None else link_type, old.problem or problem,
+            old.link_type if kept_type else link_type, old.problem or problem,
             old.trailing_bytes + trailing_bytes, old.cut_records + cut_records,
             old.uncaptured_bytes + uncaptured_bytes, max(old.cut_at, cut_at), old.compression or compression,
             old.reason or reason, old.spans + spans, old.dropped + dropped,
-            received if old.received is None else old.received + (received or 0))
+            received if old.received is None else old.received + (received or 0),
+            old.unread_records + unread_records,
+            old.unread_link_type if old.unread_link_type is not None else unread_link_type)
 
 
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:

@@ -219,7 +219,7 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
             answers.append(None)
     yield from _block_rows(frames, blocks)
     unheard = unheard_side(connection)
-    calls.add_all(requests, answers, answer_unseen=unheard is not None)
+    calls.add_all(requests, answers, answer_unseen=unheard is not None, seen_until=seen_until(connection))
     yield from _block_rows(calls, blocks)
     bodies = _BodyCache()
     server, client = connection.server, connection.client
@@ -274,6 +274,17 @@ def unheard_side(connection: Connection) -> str | None:
     if connection.to_client.unheard:
         return "server"
     return "client" if connection.to_server.unheard else None
+
+
+def seen_until(connection: Connection) -> float | None:
+    """When the capture last held a byte of a connection it never saw closed, or None (closed in it,
+    or no byte). A request carried by those last bytes has no answer in the capture because the
+    capture ended there (stopped, or a file still being written read as far as it went: tcpdump
+    writes in blocks), not because the server did not answer: it was told "never answered"."""
+    if connection.closed_ts is not None:
+        return None
+    lasts = [max(direction.ts) for direction in (connection.to_server, connection.to_client) if direction.ts]
+    return max(lasts) if lasts else None
 
 
 def closed_events(connection: Connection, registered: dict[str, Row]) -> Iterator[tuple[str, Row]]:
@@ -488,10 +499,11 @@ class CallBlock:
         return len(self.ts)
 
     def add_all(self, requests: list[CapturedCommand], answers: list[CapturedCommand | None],
-                answer_unseen: bool = False) -> None:
+                answer_unseen: bool = False, seen_until: float | None = None) -> None:
         """Requests decoded whole and their answers (None: not captured), a column at a time.
         ``answer_unseen``: the answers' side of the connection was not captured at all (its ``cut``:
-        not known unanswered)."""
+        not known unanswered). ``seen_until``: the connection's last byte captured, where it was not
+        closed in the capture: a request not answered from then on is ``cut`` too (seen_until)."""
         self.ts.extend(map(_TS, requests))
         self.said.extend([kind.call or _kind_call(kind) for kind in map(_KIND, requests)])
         self.opaque.extend(map(_OPAQUE, requests))
@@ -499,7 +511,11 @@ class CallBlock:
         self.latency_ms.extend([None if answer is None else (answer.ts - request.ts) * 1000.0
                                 for request, answer in zip(requests, answers, strict=True)])
         self.remark.extend([None if answer is None else answer.kind.header.remark for answer in answers])
-        self.cut.extend(itertools.repeat(answer_unseen, len(requests)))
+        if answer_unseen or seen_until is None:
+            self.cut.extend(itertools.repeat(answer_unseen, len(requests)))
+        else:
+            self.cut.extend([answer is None and request.ts >= seen_until
+                             for request, answer in zip(requests, answers, strict=True)])
 
     def add_row(self, row: Row) -> None:
         """A CALL row made whole (a call a snap length cut: _cut_call_row)."""

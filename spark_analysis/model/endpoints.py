@@ -76,6 +76,25 @@ class Outage:
     #: told by the packets of another endpoint, the same listener under another of this host's
     #: addresses (_one_listener): that endpoint; None: by this endpoint's own
     seen_as: str | None = None
+    #: of an unseen outage, the endpoint's last packet before it went (its connections' latest end):
+    #: it listened then. Derived, not compared (two outages alike are the same whatever their bounds).
+    last_seen: float | None = field(default=None, compare=False)
+    #: its latest attempt refused while down: nothing listened then
+    last_refused: float | None = field(default=None, compare=False)
+
+    def down_range(self) -> tuple[float, float] | None:
+        """How long it was down as the packets bound it, or None where they do not (it stopped; no
+        attempt refused in it, so nothing says it was down a moment before ``up``; told by another
+        address's packets). At least from its going (its closes; of an unseen one, its first refused
+        attempt) to its last refused attempt: nothing listened through those; at most from its going
+        (of an unseen one, its last packet before, when it still listened) to the connection it took
+        again. ``up - down``, the figure said alone before, is neither bound of an unseen outage."""
+        if self.up is None or self.last_refused is None or self.seen_as is not None:
+            return None
+        went = self.last_seen if self.unseen else self.down
+        if went is None:
+            return None
+        return max(self.last_refused - self.down, 0.0), self.up - went
 
 
 @dataclass
@@ -335,6 +354,7 @@ def _unseen_outages(connections: list[_Connection], attempts: list[tuple[float, 
     Each attempt is looked up among the outages' and the connections' spans merged (bisect): it
     walked every outage and every connection, a capture's attempts times its connections."""
     starts = sorted(c.first for c in connections)
+    lasts = sorted(c.last for c in connections)
     down = _Spans([(o.down, float("inf") if o.up is None else o.up) for o in outages], closed=False)
     spanned = _Spans([(c.first, c.last) for c in connections], closed=True)
     found: dict[float, Outage] = {}
@@ -344,7 +364,8 @@ def _unseen_outages(connections: list[_Connection], attempts: list[tuple[float, 
         after = bisect.bisect_right(starts, t)
         if not after or after == len(starts) or spanned.hold(t):
             continue
-        found.setdefault(starts[after], Outage(t, starts[after], 0, unseen=True))
+        seen = lasts[bisect.bisect_right(lasts, t) - 1]  # one began before t, and none spans it: ended before
+        found.setdefault(starts[after], Outage(t, starts[after], 0, unseen=True, last_seen=seen))
     return list(found.values())
 
 
@@ -385,6 +406,7 @@ def _place_refused(story: EndpointStory, attempts: list[tuple[float, int]], list
         outage = story.outages[begun[0][0]] if begun else None
         if outage is not None and outage.up is not None:
             outage.refused += count
+            outage.last_refused = t
             continue
         groups.setdefault(refused_when(story, t, outage, listened), []).append((t, count))
     story.refused = [(sum(c for _, c in found), found[0][0], found[-1][0], when) for when, found in groups.items()]

@@ -19,7 +19,7 @@ from spark_analysis.decode.schema import BROKER_COLUMNS
 from spark_analysis.output.brokers import brokers_csv
 from tests.spark.conftest import run_job
 from tests.spark.test_report import same_rows
-from tests.spark.truth_check import judge, judge_brokers, seconds
+from tests.spark.truth_check import _over_missing_files, judge, judge_brokers, seconds
 from tests.spark.truth_reader.build import CUT_ADDR
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "captures" / "real"
@@ -161,12 +161,20 @@ def _told(truth: dict) -> dict:
         add("capture_cut", None, cut_at=cut["cut_at"], packets=cut["packets"],
             uncaptured_bytes=cut["bytes_not_captured"])
     for gap in truth.get("not_captured", []):
-        if gap["missed_only"]:
+        if gap["missed_only"] and not _over_missing_files(truth, gap):  # files_missing tells those
             items.append({"kind": "silence_not_captured", "severity": "info", "message": "not captured",
                           "from": gap["from"], "to": gap["until"], "broker_addr": gap["broker_addr"],
                           "missed_bytes": gap["missed"], "server": gap["namesrv"]})
     for drop in truth.get("dropped", []):
         add("packets_dropped", None, dropped=drop["dropped"], received=drop["received"])
+    for unread in truth.get("records_not_read", []):
+        add("records_not_read", None, path=f"captures/{unread['file']}", records=unread["records"])
+    for gap in truth.get("files_missing", []):
+        add("files_missing", None, seconds=gap["seconds"], **{"from": gap["from"]}, until=gap["until"])
+        for s in truth["stays"]:  # alive where the capture before the gap ended
+            if seconds(s["registered"]) < seconds(gap["from"]) and (
+                    s["ended_at"] is None or seconds(s["ended_at"]) > seconds(gap["until"])):
+                add("broker_alive_before_missing", gap["from"], broker_addr=s["broker_addr"], server=s["namesrv"])
     for step in truth.get("clock_steps", []):
         add("clock_stepped_back", None, path=f"captures/{step['file']}", seconds=step["seconds"], at=step["at"],
             to=step["to"])

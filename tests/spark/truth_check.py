@@ -47,9 +47,13 @@ KIND_CLASSES = {
     "end_across_clock_step": "across_step",
     "controller_undecodable": "absent",
     "master_elected": "election",  # a controller's election: must be one the controller logged (judge_controller)
-    "files_missing": "absent",  # no capture of the corpus lacks files of its rotation
+    # files of a rotated set missing between two given (v5-zring-gz): exactly the truth's files_missing
+    "files_missing": "missing",
     "files_overwritten": "ring",  # a ring that wrapped (its names): exactly the truth's rings, the count overwritten
-    "broker_alive_before_missing": "absent",  # so no stay is alive where files go missing
+    # a stay alive where files of a rotated set go missing: a truth stay across the truth's files_missing
+    "broker_alive_before_missing": "alive_before_missing",
+    # records of an interface of a link type not read, in a file of others: exactly the truth's records_not_read
+    "records_not_read": "records_not_read",
     "packets_dropped": "dropped",  # what a pcapng's statistics say the capture dropped: exactly the truth's dropped
     # a silence over bytes of the broker's connection the capture never had: must be a truth silence with them
     "silence_not_captured": "not_captured",
@@ -118,7 +122,8 @@ def _events(truth: dict) -> list[Event]:
         runs = ns["runs"]
         for before, after in zip(runs, runs[1:], strict=False):
             events.append(Event("restart", f"{ns['endpoint']} restarted (down {before['down']}, up {after['up']})",
-                                seconds(before["down"]), seconds(after["up"]), match={"endpoint": ns["endpoint"]}))
+                                seconds(before["down"]), seconds(after["up"]), match={"endpoint": ns["endpoint"]},
+                                extra={"down_s": seconds(after["up"]) - seconds(before["down"])}))
         if runs[-1]["down"] is not None:  # required when the packets show it (it closed open connections)
             events.append(Event("server_stopped", f"{ns['endpoint']} stopped at {runs[-1]['down']}",
                                 seconds(runs[-1]["down"]), match={"endpoint": ns["endpoint"]},
@@ -137,9 +142,10 @@ def _events(truth: dict) -> list[Event]:
                             seconds(r["at"]), match={"broker_addr": r["broker_addr"]}))
     for gap in truth.get("not_captured", []):  # over bytes the capture never had: the capture's, or partly
         if gap["missed_only"]:
+            # over files of a rotated set missing, files_missing tells it: nothing is told across it
             events.append(Event("not_captured", f"{gap['broker_addr']} not captured {gap['seconds']} s from "
                                 f"{gap['from']} ({gap['missed']} bytes missed)", seconds(gap["from"]),
-                                seconds(gap["until"]),
+                                seconds(gap["until"]), required=not _over_missing_files(truth, gap),
                                 match={"broker_addr": gap["broker_addr"], "missed_bytes": gap["missed"]},
                                 where=gap["namesrv"]))
         else:  # a stretch over 60 s of it is the broker's own: a silence, never an expiry
@@ -157,6 +163,18 @@ def _events(truth: dict) -> list[Event]:
     for drop in truth.get("dropped", []):
         events.append(Event("dropped", f"{drop['file']}: the capture dropped {drop['dropped']} packets, received "
                             f"{drop['received']}", match={"dropped": drop["dropped"], "received": drop["received"]}))
+    for gap in truth.get("files_missing", []):
+        for stay in truth["stays"]:  # alive where the capture before the gap ended: nothing told across it
+            if seconds(stay["registered"]) < seconds(gap["from"]) and (
+                    stay["ended_at"] is None or seconds(stay["ended_at"]) > seconds(gap["until"])):
+                events.append(Event("alive_before_missing", f"{stay['broker_addr']} alive where files go missing at "
+                                    f"{gap['from']}", seconds(gap["from"]), match={"broker_addr": stay["broker_addr"]},
+                                    where=stay["namesrv"]))
+        events.append(Event("missing", f"files missing between {gap['before']} and {gap['after']}: {gap['seconds']} s "
+                            f"from {gap['from']}", seconds(gap["from"]), extra={"seconds": gap["seconds"]}))
+    for unread in truth.get("records_not_read", []):
+        events.append(Event("records_not_read", f"{unread['file']}: {unread['records']} records of link type "
+                            f"{unread['link_type']} not read", match={"records": unread["records"]}))
     for ring in truth.get("rings", []):
         events.append(Event("ring", f"{ring['oldest_kept']}: the oldest file of a ring that wrapped, "
                             f"{ring['overwritten']} files overwritten before it",
@@ -236,6 +254,12 @@ def _fits(event: Event, item: dict, cls: str, tolerance: float, timed: bool = Tr
 
 def _extra_problems(event: Event, item: dict, tolerance: float) -> list[str]:
     problems = []
+    if event.cls == "missing" and abs(float(item.get("seconds") or 0.0) - event.extra["seconds"]) > tolerance:
+        problems.append(f"{event.what}: {item.get('seconds')} s told")
+    if event.cls == "restart" and item.get("down_s_range"):  # the range the packets bound must hold the truth's
+        low, high = item["down_s_range"]
+        if not low - tolerance <= event.extra["down_s"] <= high + tolerance:
+            problems.append(f"{event.what}: down {low}-{high} s told, truth {event.extra['down_s']:.3f} s")
     if event.cls == "expired":
         if item.get("severity") != "warning":
             problems.append(f"{event.what}: told as {item.get('severity')}, not a warning")
@@ -464,6 +488,32 @@ def _registrations(who: str, rows: list[dict], stays: list[dict]) -> list[str]:
     return [] if told == truth else [f"{who}: {told} registrations counted, truth {truth}"]
 
 
+def _over_missing_files(truth: dict, gap: dict) -> bool:
+    """Whether a stretch of a broker's connection the capture never had spans files of a rotated set
+    missing (the truth's files_missing)."""
+    return any(seconds(gap["from"]) <= seconds(m["from"]) and seconds(m["until"]) <= seconds(gap["until"])
+               for m in truth.get("files_missing", []))
+
+
+def _joined_across_missing_files(truth: dict, rows: list[dict]) -> list[dict]:
+    """A broker's brokers.csv rows (in time order) as its stays: two rows of one stay, one session each
+    side of files of a rotated set missing (the truth's files_missing: the report tells nothing across
+    them, and its sessions end there), joined into one (the later row's end, both rows' registrations)."""
+    gaps = [(seconds(m["from"]), seconds(m["until"])) for m in truth.get("files_missing", [])]
+    joined: list[dict] = []
+    for row in rows:
+        before = joined[-1] if joined else None
+        if before is not None and any(seconds(before.get("last_seen")) <= start and end <= seconds(
+                row.get("first_seen")) for start, end in gaps):
+            if before.get("ended") != "alive":  # how it ended was after the gap: told across it
+                row = {**row, "ended": f"{before.get('ended')} (before files missing, told across them)"}
+            joined[-1] = {**row, "first_seen": before.get("first_seen"), "registrations": int(
+                before.get("registrations") or 0) + int(row.get("registrations") or 0)}
+        else:
+            joined.append(row)
+    return joined
+
+
 def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
     """The brokers (summary.json's, brokers.csv's rows) against the truth's stays: one row per broker
     and NameServer, or one per stay."""
@@ -480,7 +530,8 @@ def judge_brokers(truth: dict, rows: list[dict]) -> list[str]:
                 for key, rows in got.items() if key not in stays]
     for key, truth_stays in stays.items():
         who = " / ".join(map(str, key))
-        rows = sorted(got.get(key, []), key=lambda r: seconds(r.get("first_seen")) or 0.0)
+        rows = _joined_across_missing_files(truth, sorted(got.get(key, []),
+                                                          key=lambda r: seconds(r.get("first_seen")) or 0.0))
         truth_stays = sorted(truth_stays, key=lambda s: seconds(s["registered"]))
         if not rows:
             problems.append(f"missed: no brokers.csv row for {who}")

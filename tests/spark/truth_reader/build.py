@@ -20,6 +20,7 @@ from . import server_logs
 from .packets import (
     connections,
     dropped,
+    files_missing,
     iso,
     load_steps,
     read_pcap,
@@ -28,6 +29,7 @@ from .packets import (
     step_time,
     syn_ports,
     translated_copies,
+    unread_records,
 )
 
 REGISTER, UNREGISTER, WIPE, ADD, DELETE_TOPIC = 103, 104, 205, 327, 216
@@ -71,6 +73,9 @@ def parser() -> argparse.ArgumentParser:
     # a tcpdump ring (-C M -W N) that wrapped: its oldest file kept and how many files written before it were
     # overwritten, as tcpdump's listing in the steps shows them (the files' times, the count of files written)
     ap.add_argument("--ring", nargs=2, action="append", default=[], metavar=("OLDEST_FILE", "OVERWRITTEN"))
+    # files of a rotated set missing between those given (a ring that wrapped while tcpdump -z gzip kept its
+    # first lap): read from the packets (files_missing), only where asked
+    ap.add_argument("--files-missing", action="store_true")
     ap.add_argument("--clock-ahead", type=float, default=None, metavar="SECONDS",
                     help="how far the second point's clock reads ahead of the first's, as the files were made")
     # a file whose clock was stepped as it was made (editcap -t SECONDS on its packets from AT, UTC, joined
@@ -504,6 +509,11 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     drops = [drop for f in a.files if (drop := dropped(d / f)) and drop["dropped"]]
     if drops:
         truth["dropped"] = drops  # what the file's own statistics say the capture dropped
+    unread = [found for f in a.files if (found := unread_records(d / f))]
+    if unread:
+        truth["records_not_read"] = unread  # records of an interface of a link type not read, beside others
+    if a.files_missing:
+        truth["files_missing"] = files_missing(d, a.files)
     if a.ring:
         truth["rings"] = [{"oldest_kept": oldest, "overwritten": int(count)} for oldest, count in a.ring]
     if log.flavor == "ours":

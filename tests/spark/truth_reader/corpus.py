@@ -48,6 +48,13 @@ COLD = ("RocketMQ 5.3.3, two NameServers: 127.0.0.1:9876 (the rig's bind) and :9
         "10.38.1.1:9876 (a refused probe every 3 s: 690 lines)")
 
 
+ZRING = ("RocketMQ 5.3.3, one NameServer, broker-a and broker-b; producer TopicBusy 15000; the NameServer stopped "
+         "(SIGTERM, the brokers' connections open: it closes them) and started again 20 s later; then the cluster "
+         "stopped cleanly (broker-a, broker-b, then the NameServer: nothing open as it went) and started again 10 s "
+         "later. Three captures ran at once on the namespace (a tcpdump -C 1 -W 3 -z gzip ring, a tcpdump -G 20 "
+         "-s 128 set, a dumpcap of two interfaces); v5-zring-nflog holds the dumpcap's, v5-zring-gz another run's ring")
+
+
 def _ops(capture: str) -> list[str]:
     """v5-ops, v5-opsrot and v5-opsng: one run captured three ways at once (they share steps and logs)."""
     return _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop$", "--stopped", "127.0.0.1:9877=namesrv-9877 stop",
@@ -277,6 +284,26 @@ ARGS: dict[str, list[str]] = {
                          "(and the operator's box tried it once)", "--note", COLD, ports="9876,9877",
                          logs=("namesrv.log", "namesrv-9877.log"), why=f"{LAUNCH}; while the cluster is down the "
                          "brokers are down too"),
+    "v5-zring-nflog": _one("5.3.3", "--restart", r"namesrv stop \(SIGTERM\)", r"namesrv start \(again\)", "--restart",
+                           "namesrv stop$", r"namesrv start \(again\)", "--note", ZRING, "--note", "dumpcap -i "
+                           "nflog:5 -i lo -f 'tcp port 9876' (iptables NFLOG group 5 of tcp port 9876 both ways, in "
+                           "OUTPUT): a pcapng whose first interface is NFLOG (a link type not read) and whose second "
+                           "is the loopback's Ethernet, each packet in both; its first 20 records (the loopback's) "
+                           "left out afterwards with editcap so that its first record is an NFLOG one. Its NFLOG "
+                           "records are told not read (records_not_read), its Ethernet ones read",
+                           why=f"{LAUNCH}; while it is down the brokers retry (the first stop), or are stopped too "
+                           "(the second: the cluster stopped cleanly, brokers first)"),
+    "v5-zring-gz": _one("5.3.3", "--restart", r"namesrv stop \(SIGTERM\)", r"namesrv start \(again\)", "--restart",
+                        "namesrv stop$", r"namesrv start \(again\)", "--files-missing", "--note",
+                        ZRING.replace("15000", "40000"), "--note", "tcpdump -i any -s 96 -C 1 -W 3 -z gzip -Z root -w "
+                        "ns.pcap (no filter): a ring of three 1 MB files that wrapped three times; gzip refused to "
+                        "overwrite the first lap's ns.pcapN.gz ('already exists; not overwritten'), so those stayed "
+                        "and the newest files stayed unzipped beside them: the first lap, then 40 s of files written "
+                        "over, then the last ones. Each file cut down to its tcp port 9876 packets afterwards "
+                        "(tshark -Y), the unzipped ones kept as xz: files missing between ns.pcap2.gz and ns.pcap1 "
+                        "(files_missing, read from the broker connections' sequence numbers), nothing told across them",
+                        why=f"{LAUNCH}; while it is down the brokers retry (the first stop), or are stopped too "
+                        "(the second: the cluster stopped cleanly, brokers first)"),
     "v5-anylo": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--why", "10.38.1.1:9876=the "
                      "NameServer's own scanAvailableNameSrv (default on) connects to <first non-loopback "
                      "address>:9876 every 3 s; it listens on 127.0.0.1 only", "--note", "dumpcap -i any -i lo (two "

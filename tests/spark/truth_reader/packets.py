@@ -8,7 +8,7 @@ import json
 import lzma
 import re
 import struct
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 
@@ -118,11 +118,44 @@ def dropped(path: Path) -> dict | None:
             "received": sum(s.get("received", 0) for s in last.values())}
 
 
+def unread_records(path: Path) -> dict | None:
+    """The records of a capture file of link types this reader (and the report) does not read, where it
+    holds records of others too (a pcapng of an NFLOG interface and an Ethernet one): how many, of which
+    link type (the first met); None if there are none, or if no record of the file is read at all."""
+    kinds = Counter(link_type for _t, link_type, _pkt, _orig in records(path))
+    unread = {link: n for link, n in kinds.items() if link not in LINK_HEADERS}
+    if not unread or len(unread) == len(kinds):
+        return None
+    return {"file": path.name, "link_type": next(iter(unread)), "records": sum(unread.values())}
+
+
+def files_missing(folder: Path, files: list[str]) -> list[dict]:
+    """Files of a rotated set missing between two of ``files``: in time order, a later file holding a
+    connection of the one before it whose bytes, one way, start past where that file left them (bytes
+    neither holds: a ring, tcpdump -C -W, wrote over the files between). From the earlier file's last
+    packet to the later's first."""
+    spans = sorted((part[0][0], part[-1][0], f, part) for f in files if (part := read_pcap(folder / f)))
+    found = []
+    for (_first, last, before, earlier), (first, _last, after, later) in zip(spans, spans[1:], strict=False):
+        left: dict[tuple[str, str], int] = {}  # each way's next sequence number after the earlier file
+        for _t, src, dst, flags, seq, payload, missing in earlier:
+            left[(src, dst)] = (seq + len(payload) + missing + bool(flags & (SYN | FIN))) % 2**32
+        starts: dict[tuple[str, str], int] = {}
+        for _t, src, dst, _flags, seq, _payload, _missing in later:
+            starts.setdefault((src, dst), seq)
+        if any(0 < (starts[way] - left[way]) % 2**32 < 2**31 for way in left.keys() & starts.keys()):
+            found.append({"before": before, "after": after, "from": iso(last), "until": iso(first),
+                          "seconds": round(first - last, 6)})
+    return found
+
+
 def read_pcap(path: Path):
     """(t, src, dst, flags, seq, payload, missing) of every TCP/IPv4 segment of a capture file (Ethernet,
     SLL, SLL2, raw IP), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
     out = []
     for t, link_type, pkt, _orig in records(path):
+        if link_type not in LINK_HEADERS:
+            continue  # another interface's records (dumpcap -i nflog -i lo): unread_records counts them
         link, ethertype_at = LINK_HEADERS[link_type]
         if ethertype_at is None:
             if not pkt or pkt[0] >> 4 != 4:
