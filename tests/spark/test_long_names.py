@@ -5,7 +5,11 @@ for in a finished line; the fields the line was made of keep it whole."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from spark_analysis.analysis import findings
+from tests.spark.conftest import run_job
+from tests.spark.test_truth import REAL
 from twisted_namesrv.escapes import SHOWN_MAX, clipped_name, clipped_repr
 
 #: a capture's directory as deep as a path may be (each name under 256 bytes, the path longer)
@@ -31,3 +35,17 @@ def test_clipped_repr_cuts_inside_the_quotes() -> None:
     assert clipped_repr("t") == "'t'" and clipped_repr(None) == "None"
     clipped = "'\\x1b" + "T" * (SHOWN_MAX - 1) + f"...({SHOWN_MAX + 1} characters)'"
     assert clipped_repr("\x1b" + "T" * SHOWN_MAX) == clipped
+
+
+def test_the_console_s_lines_on_inputs_clip_a_long_path(spark, tmp_path: Path) -> None:
+    """The job's own lines on what it read (a file that is no capture, here an empty one) named a
+    path of any length whole; the fields (summary.json's inputs) keep it whole."""
+    deep = tmp_path.joinpath(*["d" * 60] * 6)
+    deep.mkdir(parents=True)
+    (deep / "empty.pcap").write_bytes(b"")
+    real = REAL / "v4-expiry" / "v4-expiry.pcap.gz"
+    out = run_job(spark, [str(real), str(deep / "empty.pcap")], tmp_path / "out", report=False)
+    path = str(deep / "empty.pcap")
+    assert not [line for line in out.progress if path in line]
+    assert any(clipped_name(path) in line for line in out.progress)
+    assert path in {f["path"] for f in out.summary["inputs"]["files"]}
