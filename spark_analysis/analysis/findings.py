@@ -328,8 +328,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
                                   trailing_bytes=f["trailing_bytes"], compression=f["compression"]))
     named = at_nameserver(brokers)
     missing_from = frozenset(item["from"] for item in found if item["kind"] == "files_missing")
-    stepped = [(_seconds(f["clock_stepped_to"]), _seconds(f["clock_stepped_at"])) for f in files
-               if f.get("clock_step_back_s")]
+    stepped = clock_steps(files)
     for broker in brokers:
         found += _broker_findings(broker, deletions, named, missing_from, stepped)
     found += _endpoint_findings(endpoints or [], brokers)
@@ -476,12 +475,11 @@ def _step_findings(files: list[Item], brokers: Sequence[Item] = ()) -> Iterable[
             stamped = last - first
             # the stamps after the step run from ``to`` to the last: the wall's time is at least both stretches
             wall = (at - first) + (last - to) if last > at else stamped
-            across = sorted(broker_label(b) for b in brokers
-                            if b["first_seen"] is not None and b["last_seen"] is not None
-                            and b["first_seen"] < to and b["last_seen"] > at)
+            across = sorted(broker_label(b) for b in brokers if across_clock_step(b, [(to, at)]))
             mixed = (f"; the intervals of {_plural(len(across), 'broker stay{s}')} stamped on both sides of it "
-                     f"(brokers.csv: interval_*, max_gap_s) are between stamps from before and after the step, "
-                     f"not the broker's: {_first(list(map(clipped_name, across)))}" if across else "")
+                     f"(brokers.csv: interval_*, max_gap_s; across_clock_step true) are between stamps from "
+                     f"before and after the step, not the broker's: {_first(list(map(clipped_name, across)))}"
+                     if across else "")
             yield _finding("clock_stepped_back", WARNING, f"{clipped_name(f['path'])}: its packets' times step back "
                            f"{f['clock_step_back_s']:,.1f} s at {f['clock_stepped_at']} (to {f['clock_stepped_to']}): "
                            f"the clock that stamped them was stepped back (NTP, a VM restored from a snapshot), or "
@@ -492,6 +490,31 @@ def _step_findings(files: list[Item], brokers: Sequence[Item] = ()) -> Iterable[
                            path=f["path"], seconds=f["clock_step_back_s"], at=f["clock_stepped_at"],
                            to=f["clock_stepped_to"], stamped_seconds=stamped, wall_seconds_at_least=wall,
                            brokers_across=across)
+
+
+def clock_steps(files: list[Item]) -> list[tuple[float, float]]:
+    """Each input's clock step back (input_files' rows) as (the time it stepped to, the latest time
+    before it): the times between were stamped twice, before the step and after it."""
+    return [(_seconds(f["clock_stepped_to"]), _seconds(f["clock_stepped_at"])) for f in files
+            if f.get("clock_step_back_s")]
+
+
+def across_clock_step(broker: Item, steps: Sequence[tuple[float, float]]) -> bool:
+    """Whether a broker stay was stamped on both sides of a clock's step back (``steps``: clock_steps):
+    first seen before the times stamped twice, last seen after them. Its registrations from before
+    and after the step are interleaved in time order, so its intervals are between stamps of the two
+    sides, not the broker's (clock_stepped_back names it; brokers.csv's ``across_clock_step``)."""
+    first, last = broker["first_seen"], broker["last_seen"]
+    return first is not None and last is not None and any(first < to and last > at for to, at in steps)
+
+
+def note_clock_steps(brokers: Iterable[Item], files: list[Item]) -> None:
+    """Marks each broker stay (brokers.csv, summary.json's brokers, the page's table) with
+    ``across_clock_step``: whether its times and intervals are stamps from both sides of a clock's
+    step back (across_clock_step), not wall time."""
+    steps = clock_steps(files)
+    for broker in brokers:
+        broker["across_clock_step"] = across_clock_step(broker, steps)
 
 
 def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],

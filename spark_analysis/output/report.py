@@ -36,7 +36,7 @@ from spark_analysis.analysis.findings import StayNamer, at_nameserver, broker_la
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.analysis.liveness import Liveness, plot_order
 from spark_analysis.capture.inputs import PAGE_FILE
-from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.decode.schema import BROKERS_CSV_COLUMNS
 from spark_analysis.model.periods import (
     EXPIRY_SECONDS,
     INTERVAL_BUCKET_S,
@@ -600,7 +600,7 @@ def _controller(controller: dict | None) -> str:
 
 
 def _brokers(brokers: list[dict]) -> str:
-    return f"<section id='brokers'><h2>Brokers</h2>{_table(BROKER_COLUMNS, brokers)}</section>"
+    return f"<section id='brokers'><h2>Brokers</h2>{_table(BROKERS_CSV_COLUMNS, brokers)}</section>"
 
 
 def _clients(rows: list[dict]) -> str:

@@ -316,6 +316,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     namesrv_codes, controller_codes = served_codes()
     nameservers = nameserver_endpoints(tally.served, namesrv_codes)
     liveness.only_at(nameservers)
+    findings.note_clock_steps(liveness.brokers, file_rows)  # its intervals stamped both sides of a step: said
     registered = liveness.registered()
     write_bytes(spark, f"{out}/{inputs.BROKERS_FILE}", brokers_csv(registered))
     counts["brokers"] = len(registered)
