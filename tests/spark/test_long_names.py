@@ -5,6 +5,8 @@ for in a finished line; the fields the line was made of keep it whole."""
 
 from __future__ import annotations
 
+import html
+from html.parser import HTMLParser
 from pathlib import Path
 
 from spark_analysis.analysis import findings
@@ -49,3 +51,47 @@ def test_the_console_s_lines_on_inputs_clip_a_long_path(spark, tmp_path: Path) -
     assert not [line for line in out.progress if path in line]
     assert any(clipped_name(path) in line for line in out.progress)
     assert path in {f["path"] for f in out.summary["inputs"]["files"]}
+
+
+class _Elements(HTMLParser):
+    """Every element of a page, with its attributes (as the browser's DOM holds them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found.append((tag, dict(attrs)))
+
+
+#: a broker's (and cluster's, remark's) name past SHOWN_MAX, with what an attribute must not hold raw
+LONG_NAME = "\"><b onmouseover=x>" + "N" * 400
+
+
+def test_the_page_s_tables_clip_a_long_name_with_the_whole_in_its_title(spark, tmp_path: Path) -> None:
+    """report.html's tables showed a long name whole (escaped): a 3,000-character broker name was a
+    cell of 3,000 characters. The cell shows it clipped as the findings' lines do, the whole in its
+    title (escaped: the quote that would end the attribute is an entity); in headless Chromium the
+    title is the whole name, nothing the name holds became markup, and the pictures are drawn with no
+    word from the page's Content-Security-Policy."""
+    from tests.spark.test_hostile_page import _csp_run, _registrations_named
+
+    path = tmp_path / "long.pcap"
+    path.write_bytes(_registrations_named(LONG_NAME.replace('"', '\\"').encode()))  # as JSON writes it
+    out = run_job(spark, [str(path)], tmp_path / "out", report=True)
+    broker = f"b{LONG_NAME}"
+    assert [row["broker_name"] for row in out.brokers] == [broker]  # brokers.csv: whole
+    page = (tmp_path / "out" / "report.html").read_text()
+    section = page[page.index("<section id='brokers'>"):page.index("<section id='clients'>")]
+    clipped = f"{html.escape(broker[:SHOWN_MAX])}...({len(broker)} characters)"
+    assert f"<td title=\"{html.escape(broker)}\">{clipped}</td>" in section
+    assert broker not in section.replace(f"title=\"{html.escape(broker)}\"", "")  # shown whole only in the title
+    dom, console = _csp_run(tmp_path / "out" / "report.html", tmp_path, "long")
+    assert "Content Security Policy" not in console, console
+    cells = _Elements()
+    cells.feed(dom)
+    assert broker in {attrs.get("title") for tag, attrs in cells.found if tag == "td"}  # the title: whole
+    assert not [tag for tag, attrs in cells.found if "onmouseover" in attrs]  # the name made no element
+    for plot in ("timeline", "intervals", "topics", "requests", "latency"):
+        div = dom[dom.index(f'id="plot-{plot}"'):]
+        assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
