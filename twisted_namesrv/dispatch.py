@@ -48,8 +48,8 @@ from . import processor
 from .answer_cache import NO_LIMIT, UNREAD, RenewalKey, Unread, renewal_key_steps
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
-from .processor import Answer, Handler, SteppedHandler
-from .remoting import ONEWAY_FLAG, RemotingCommand, RemotingDecodeError, RequestCode, ResponseCode, SerializeType
+from .processor import REGISTER_BROKER, Answer, Handler, SteppedHandler
+from .remoting import ONEWAY_FLAG, RemotingCommand, RemotingDecodeError, ResponseCode, SerializeType
 from .remoting.command import peek_code
 from .remoting.values import BadRequest
 from .state.routes import Channel
@@ -60,7 +60,8 @@ log = Logger()
 #: the codes a registration's and a heartbeat's answer is tried and counted by, the enum members
 #: themselves read once: Python 3.11 reads ``RequestCode.X`` through EnumType's ``__getattr__`` hook
 #: (type's own look-up, called as a method), about 1,000 instructions each, several a registration
-_REGISTER_BROKER, _SUCCESS, _JSON = RequestCode.REGISTER_BROKER, ResponseCode.SUCCESS, SerializeType.JSON
+#: (REGISTER_BROKER is read once in processor, the handler table, which tries a first registration by it)
+_SUCCESS, _JSON = ResponseCode.SUCCESS, SerializeType.JSON
 
 #: small requests with a handler in steps (registrations) answered at once in one reactor turn; the
 #: turn's others are answered in the turns after, as many a turn (about 70-140 µs each: 16 of them
@@ -251,7 +252,7 @@ class Dispatcher:
                     out.append(encoded)
                     used += len(encoded)
                     if counted:
-                        self.metrics.answered(_REGISTER_BROKER, _SUCCESS,
+                        self.metrics.answered(REGISTER_BROKER, _SUCCESS,
                                               perf_counter() - begun)
                     index += 1
                     continue
@@ -302,7 +303,7 @@ class Dispatcher:
         """Whether a registration may take the fused path: the NameServer's, no observer hearing it."""
         heard = self._heard_codes
         return (self.fused and self.table is NAMESRV_TABLE
-                and heard is not None and _REGISTER_BROKER not in heard)
+                and heard is not None and REGISTER_BROKER not in heard)
 
     def _fused(self, frame: bytes, peer: Peer, begun: float) -> bytes | None:
         """A first registration of the common shape through processor.register_fused: its answer,
@@ -316,7 +317,7 @@ class Dispatcher:
         if fused is None or isinstance(fused, processor.Fused):
             return None if fused is None else self._answer_frame(frame, fused.request, peer, fused.answer, begun)
         if self.count_requests:
-            self.metrics.answered(_REGISTER_BROKER, _SUCCESS, perf_counter() - begun)
+            self.metrics.answered(REGISTER_BROKER, _SUCCESS, perf_counter() - begun)
         return fused
 
     def _turn_full_for(self, frame: bytes) -> bool:
@@ -545,7 +546,7 @@ class Dispatcher:
         when its bytes alone let it in (not when the ACL checks it by peer), up to
         RENEWED_IN_STEPS_BYTES (checked again in steps past a turn's RENEWED_BYTES_PER_TURN)."""
         asked = request.header  # its fields read once (RemotingCommand's properties are a call each)
-        return (response.header.code == _SUCCESS and asked.code == _REGISTER_BROKER
+        return (response.header.code == _SUCCESS and asked.code == REGISTER_BROKER
                 and peer.channel is not None and (len(frame) < self.step_from or len(frame) <= RENEWED_IN_STEPS_BYTES)
                 and request.serialize_type == _JSON
                 and response.serialize_type == _JSON
@@ -598,7 +599,7 @@ class Dispatcher:
             assert not isinstance(outcome, defer.Deferred), "a handler in steps answers when its steps end"
             if isinstance(outcome, bytes):  # renewed from memory
                 if self.count_requests:
-                    self.metrics.answered(_REGISTER_BROKER, _SUCCESS, perf_counter() - begun)
+                    self.metrics.answered(REGISTER_BROKER, _SUCCESS, perf_counter() - begun)
                 answer.callback(outcome)
             else:
                 answer.callback(self._answer_frame(frame, request, peer, outcome, begun, key[0] if key else UNREAD))

@@ -17,7 +17,6 @@ holds the set to Python's own Unicode tables.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 #: C0, DEL, C1; Unicode's format characters (Cf) and default-ignorable code points (invisible); line and
@@ -64,32 +63,19 @@ def clipped_text(text: str, most: int = SHOWN_MAX) -> str:
     return text if len(text) <= most else f"{text[:most]}...({len(text)} characters)"
 
 
-def names_clipped(line: str, named: Any, besides: str = "", most: int = SHOWN_MAX) -> str:
-    """``line`` with each string of ``named`` (a JSON-like value: the fields it was made of, a dict's
-    ``besides`` key left out: the line's own) longer than ``most`` characters clipped where it
-    appears in it, as itself or inside its ``repr``; the fields keep the names whole. A line of at
-    most ``most`` characters holds no such name whole: it is not searched."""
-    if len(line) <= most:
-        return line
-    for name in sorted(set(_long_strings(named, besides, most)), key=len, reverse=True):
-        quoted = repr(name)[1:-1]
-        line = line.replace(name, clipped_text(name, most))
-        if quoted != name:
-            line = line.replace(quoted, f"{repr(name[:most])[1:-1]}...({len(name)} characters)")
-    return line
+def clipped_name(value: object, most: int = SHOWN_MAX) -> str:
+    """A name put into a line for people (``str(value)``), clipped as ``clipped_text`` clips text:
+    where the line is made, so the fields it was made of keep the name whole."""
+    return clipped_text(str(value), most)
 
 
-def _long_strings(value: Any, besides: str, most: int) -> Iterator[str]:
-    if isinstance(value, str):
-        if len(value) > most:
-            yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if key != besides:
-                yield from _long_strings(item, besides, most)
-    elif isinstance(value, (list, tuple, set, frozenset)):
-        for item in value:
-            yield from _long_strings(item, besides, most)
+def clipped_repr(value: object, most: int = SHOWN_MAX) -> str:
+    """``repr(value)`` put into such a line: a string beyond ``most`` characters cut inside its quotes,
+    with how long it was (``'TTT...(20000 characters)'``)."""
+    if not isinstance(value, str) or len(value) <= most:
+        return repr(value)
+    quoted = repr(value[:most])
+    return f"{quoted[:-1]}...({len(value)} characters){quoted[-1]}"
 
 
 def json_escaped(text: str) -> str:

@@ -271,8 +271,9 @@ _FUSED_KEYS = frozenset({"code", "extFields", "flag", "language", "opaque", "ser
 _STR_ONLY = frozenset({str})
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 #: the enum member itself, read once (Python 3.11 reads ``RequestCode.X`` through EnumType's
-#: ``__getattr__`` hook: about 1,000 instructions, as much as several checks here)
-_REGISTER_BROKER = RequestCode.REGISTER_BROKER
+#: ``__getattr__`` hook: about 1,000 instructions, as much as several checks here); dispatch, which
+#: tries and counts a registration's answer by it, imports it from here (its handler table)
+REGISTER_BROKER = RequestCode.REGISTER_BROKER
 
 
 class Fused(msgspec.Struct, frozen=True, gc=False):
@@ -310,7 +311,7 @@ def register_fused(state: NamesrvState, frame: bytes, peer: Peer) -> bytes | Fus
     if type(obj) is not dict or obj.keys() != _FUSED_KEYS or obj["language"] != "JAVA":
         return None
     ext, version, opaque, flag = obj["extFields"], obj["version"], obj["opaque"], obj["flag"]
-    if (obj["code"] != _REGISTER_BROKER or type(flag) is not int or flag  # (a bool flag: refused)
+    if (obj["code"] != REGISTER_BROKER or type(flag) is not int or flag  # (a bool flag: refused)
             or type(ext) is not dict or type(version) is not int
             or type(opaque) is not int or not _INT32_MIN <= opaque <= _INT32_MAX
             or not V3_0_11 <= version <= _INT32_MAX or not set(map(type, ext.values())) <= _STR_ONLY):

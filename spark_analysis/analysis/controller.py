@@ -30,6 +30,7 @@ from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups
 from twisted_namesrv.controller.codes import CONTROLLER_HEARTBEAT_TIMEOUT_MS
 from twisted_namesrv.controller.codes import ControllerRequestCode as Req
+from twisted_namesrv.escapes import clipped_name
 
 Item = dict[str, Any]
 ELECT, ALTER = Req.CONTROLLER_ELECT_MASTER.name, Req.CONTROLLER_ALTER_SYNC_STATE_SET.name
@@ -278,7 +279,7 @@ def failover_words(story: Item) -> str:
             f"between {story['elected_after']} and {story['elected_by']}" if story["elected_after"] else
             f"by {story['elected_by']}")
     text = (f"; controller {story['controller']} elected brokerId {story['new_master_broker_id']} "
-            f"({story['new_master']}) with masterEpoch {story['master_epoch']} {when}")
+            f"({clipped_name(story['new_master'])}) with masterEpoch {story['master_epoch']} {when}")
     if story["sync_state_set_after"] is not None:
         before = (f"{_set(story['sync_state_set_before'])} (epoch {story['sync_state_set_epoch_before']}) -> "
                   if story["sync_state_set_before"] is not None else "")
@@ -311,8 +312,9 @@ def elections_untold(controller: Item, stories: list[Item]) -> list[Item]:
                           "master_epoch": e["master_epoch"], "master_broker_id": e["master_broker_id"],
                           "master_addr": e["master_addr"], "sync_state_set": e["sync_state_set"],
                           "sync_state_set_epoch": e["sync_state_set_epoch"], "how": e["how"],
-                          "message": f"{group['cluster'] or '?'} / {group['broker_name'] or '?'}: controller "
+                          "message": f"{clipped_name(group['cluster'] or '?')} / "
+                                     f"{clipped_name(group['broker_name'] or '?')}: controller "
                                      f"{group['controller']} elected brokerId {e['master_broker_id']} "
-                                     f"({e['master_addr']}) master with masterEpoch {e['master_epoch']} {when} "
-                                     f"({e['how']}); syncStateSet {_set(e['sync_state_set'])}"})
+                                     f"({clipped_name(e['master_addr'])}) master with masterEpoch {e['master_epoch']} "
+                                     f"{when} ({e['how']}); syncStateSet {_set(e['sync_state_set'])}"})
     return items

@@ -36,7 +36,7 @@ from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add, merge_earliest
 from spark_analysis.model.translated import Translated
 from twisted_namesrv.controller.codes import ControllerResponseCode
-from twisted_namesrv.escapes import escaped, names_clipped
+from twisted_namesrv.escapes import clipped_name, clipped_repr, escaped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 from twisted_namesrv.remoting.foreign import HTTP, TLS
@@ -296,9 +296,9 @@ def quiet_files(paths: Sequence[str]) -> str:
     """The one line saying a rotation's files of quiet times (quiet_file): their finding's, and the
     console's after reading (a ring buffer by duration can make hundreds: the first LISTED, by name)."""
     if len(paths) == 1:
-        return f"{paths[0]}: {QUIET_FILE}"
+        return f"{clipped_name(paths[0])}: {QUIET_FILE}"
     return (f"{_plural(len(paths), 'capture file{s}')} with no packets in them (quiet times of a rotation): "
-            + _first(sorted(paths)))
+            + _first([clipped_name(path) for path in sorted(paths)]))
 
 
 def quiet_file(f: Item) -> bool:
@@ -344,13 +344,12 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     for f in files:
         if f["problem"]:
             severity = _input_severity(f)
-            found.append(_finding("bad_input", severity, f"{f['path']}: {problem_text(f)}", path=f["path"],
-                                  problem=f["problem"], size=f["size"], trailing_bytes=f["trailing_bytes"],
-                                  compression=f["compression"]))
+            found.append(_finding("bad_input", severity, f"{clipped_name(f['path'])}: {problem_text(f)}",
+                                  path=f["path"], problem=f["problem"], size=f["size"],
+                                  trailing_bytes=f["trailing_bytes"], compression=f["compression"]))
     named = at_nameserver(brokers)
     missing_from = frozenset(item["from"] for item in found if item["kind"] == "files_missing")
-    stepped = [(_seconds(f["clock_stepped_to"]), _seconds(f["clock_stepped_at"])) for f in files
-               if f.get("clock_step_back_s")]
+    stepped = clock_steps(files)
     for broker in brokers:
         found += _broker_findings(broker, deletions, named, missing_from, stepped)
     found += _endpoint_findings(endpoints or [], brokers)
@@ -372,10 +371,10 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             if had is not None and last > had:
                 found.append(_group_topic_gone(client, topic, count, first, last, had))
                 continue
-            found.append(_finding("retry_topic_lookup", INFO, f"{client} asked {count}x for the route of {topic!r}: "
-                                  f"TOPIC_NOT_EXIST (a consumer group's retry or dead-letter topic, made when "
-                                  f"first needed: normal at start-up)", topic=topic, client=client, count=count,
-                                  first=_iso(first), last=_iso(last)))
+            found.append(_finding("retry_topic_lookup", INFO, f"{client} asked {count}x for the route of "
+                                  f"{clipped_repr(topic)}: TOPIC_NOT_EXIST (a consumer group's retry or dead-letter "
+                                  f"topic, made when first needed: normal at start-up)", topic=topic, client=client,
+                                  count=count, first=_iso(first), last=_iso(last)))
         elif _is_topic_not_exist(name, response):
             made = _made_after(routes_found or {}, topic, last)
             registered = None if made is not None else _registered_after(explained, lookups, client, topic, last)
@@ -385,7 +384,7 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
             continue
         requesters = entry["requesters"]
         found.append(_finding("response_code", WARNING, f"{name} answered {said_code(response)} "
-                              f"{entry['count']}x: {remark!r}; by {', '.join(sorted(requesters))}",
+                              f"{entry['count']}x: {clipped_repr(remark)}; by {', '.join(sorted(requesters))}",
                               code_name=name, response_code=response, response_name=response_name(response),
                               remark=remark, count=entry["count"], requesters=requesters, first=_iso(entry["first"]),
                               last=_iso(entry["last"])))
@@ -497,13 +496,12 @@ def _step_findings(files: list[Item], brokers: Sequence[Item] = ()) -> Iterable[
             stamped = last - first
             # the stamps after the step run from ``to`` to the last: the wall's time is at least both stretches
             wall = (at - first) + (last - to) if last > at else stamped
-            across = sorted(broker_label(b) for b in brokers
-                            if b["first_seen"] is not None and b["last_seen"] is not None
-                            and b["first_seen"] < to and b["last_seen"] > at)
+            across = sorted(broker_label(b) for b in brokers if across_clock_step(b, [(to, at)]))
             mixed = (f"; the intervals of {_plural(len(across), 'broker stay{s}')} stamped on both sides of it "
-                     f"(brokers.csv: interval_*, max_gap_s) are between stamps from before and after the step, "
-                     f"not the broker's: {_first(across)}" if across else "")
-            yield _finding("clock_stepped_back", WARNING, f"{f['path']}: its packets' times step back "
+                     f"(brokers.csv: interval_*, max_gap_s; across_clock_step true) are between stamps from "
+                     f"before and after the step, not the broker's: {_first(list(map(clipped_name, across)))}"
+                     if across else "")
+            yield _finding("clock_stepped_back", WARNING, f"{clipped_name(f['path'])}: its packets' times step back "
                            f"{f['clock_step_back_s']:,.1f} s at {f['clock_stepped_at']} (to {f['clock_stepped_to']}): "
                            f"the clock that stamped them was stepped back (NTP, a VM restored from a snapshot), or "
                            f"files were joined out of order (mergecap -a); what was captured after the step is "
@@ -513,6 +511,31 @@ def _step_findings(files: list[Item], brokers: Sequence[Item] = ()) -> Iterable[
                            path=f["path"], seconds=f["clock_step_back_s"], at=f["clock_stepped_at"],
                            to=f["clock_stepped_to"], stamped_seconds=stamped, wall_seconds_at_least=wall,
                            brokers_across=across)
+
+
+def clock_steps(files: list[Item]) -> list[tuple[float, float]]:
+    """Each input's clock step back (input_files' rows) as (the time it stepped to, the latest time
+    before it): the times between were stamped twice, before the step and after it."""
+    return [(_seconds(f["clock_stepped_to"]), _seconds(f["clock_stepped_at"])) for f in files
+            if f.get("clock_step_back_s")]
+
+
+def across_clock_step(broker: Item, steps: Sequence[tuple[float, float]]) -> bool:
+    """Whether a broker stay was stamped on both sides of a clock's step back (``steps``: clock_steps):
+    first seen before the times stamped twice, last seen after them. Its registrations from before
+    and after the step are interleaved in time order, so its intervals are between stamps of the two
+    sides, not the broker's (clock_stepped_back names it; brokers.csv's ``across_clock_step``)."""
+    first, last = broker["first_seen"], broker["last_seen"]
+    return first is not None and last is not None and any(first < to and last > at for to, at in steps)
+
+
+def note_clock_steps(brokers: Iterable[Item], files: list[Item]) -> None:
+    """Marks each broker stay (brokers.csv, summary.json's brokers, the page's table) with
+    ``across_clock_step``: whether its times and intervals are stamps from both sides of a clock's
+    step back (across_clock_step), not wall time."""
+    steps = clock_steps(files)
+    for broker in brokers:
+        broker["across_clock_step"] = across_clock_step(broker, steps)
 
 
 def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Item],
@@ -525,17 +548,19 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
     frames = counts.get("cut_frames", 0)
     for f in cut:
         if f.get("cut_read_elsewhere"):
-            yield _finding("cut_read_elsewhere", INFO, f"{f['path']}: packets cut at {f['cut_at']:,} bytes (the snap "
-                           f"length): {f['cut_records']:,} of {f['records']:,} packets, {f['uncaptured_bytes']:,} "
-                           f"bytes not captured; every connection they belong to was read from another capture "
+            yield _finding("cut_read_elsewhere", INFO, f"{clipped_name(f['path'])}: packets cut at {f['cut_at']:,} "
+                           f"bytes (the snap length): {f['cut_records']:,} of {f['records']:,} packets, "
+                           f"{f['uncaptured_bytes']:,} bytes not captured; every connection they belong to was read "
+                           f"from another capture "
                            f"point's copy that kept more of it (same_traffic_twice): nothing read from this file "
                            f"is cut",
                            path=f["path"], cut_at=f["cut_at"], packets=f["cut_records"], records=f["records"],
                            uncaptured_bytes=f["uncaptured_bytes"])
             continue
-        yield _finding("capture_cut", WARNING, f"{f['path']}: packets cut at {f['cut_at']:,} bytes (the snap "
-                       f"length): {f['cut_records']:,} of {f['records']:,} packets, {f['uncaptured_bytes']:,} bytes "
-                       f"not captured (seen, not kept: no loss); {frames:,} frames in all partly read: their length, "
+        yield _finding("capture_cut", WARNING, f"{clipped_name(f['path'])}: packets cut at {f['cut_at']:,} bytes "
+                       f"(the snap length): {f['cut_records']:,} of {f['records']:,} packets, "
+                       f"{f['uncaptured_bytes']:,} bytes not captured (seen, not kept: no loss); {frames:,} frames "
+                       f"in all partly read: their length, "
                        f"code, opaque "
                        f"and header fields where captured, their bodies not (topic counts, CRC checks, broker "
                        f"addresses cut, and answers whose opaque was cut are unknown, never guessed)",
@@ -602,8 +627,8 @@ def dropped_packets(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> 
         # dropped, 631 in the file): the count is said as the statistics give it, never as a share
         of = "" if fact.received is None else f" ({fact.received:,} received, by the same statistics)"
         found.append(_finding(
-            "packets_dropped", WARNING, f"{file.path}: the capture dropped {fact.dropped:,} packets{of}, by its "
-            f"own interface statistics (its buffer was full: capture with a larger one, dumpcap -B, tcpdump -B, "
+            "packets_dropped", WARNING, f"{clipped_name(file.path)}: the capture dropped {fact.dropped:,} packets{of}, "
+            f"by its own interface statistics (its buffer was full: capture with a larger one, dumpcap -B, tcpdump -B, "
             f"and a port filter): what they held is unknown, so bytes lost to gaps in its connections and a "
             f"broker's silence may be the capture's, not the network's", path=file.path, dropped=fact.dropped,
             received=fact.received))
@@ -626,7 +651,8 @@ def missing_files(captures: Iterable[Capture]) -> list[Item]:
         before, ended = capture.after_missing
         seconds = capture.first - ended
         found.append(_finding(
-            "files_missing", WARNING, f"files of a rotated set are missing between {before} and {capture.paths[0]}: "
+            "files_missing", WARNING, f"files of a rotated set are missing between {clipped_name(before)} and "
+            f"{clipped_name(capture.paths[0])}: "
             f"{seconds:,.1f} s not captured, from {iso_time(ended)} to {iso_time(capture.first)} (its connections go "
             f"on past bytes neither file holds: a ring buffer, tcpdump -W, overwrote them, or they were not given); "
             f"nothing is told across it: what happened then is unknown", before=before, after=capture.paths[0],
@@ -682,9 +708,9 @@ def overwritten_files(paths: Sequence[str], gaps: Collection[int] = (), kept_fro
     if not ring_turns or not came_round:
         return None  # in order (files not given, or not written), or no ring's turn: names stamped by time
     oldest, overwritten = paths[0], max(came_round) + 1
-    return _finding("files_overwritten", WARNING, f"{oldest} is the oldest file of a ring that wrapped (tcpdump "
-                    f"-W): it is file {numbers[0]} of the ring and files numbered before it hold later packets, so "
-                    f"at least {overwritten} file(s) written before it were overwritten; nothing before "
+    return _finding("files_overwritten", WARNING, f"{clipped_name(oldest)} is the oldest file of a ring that wrapped "
+                    f"(tcpdump -W): it is file {numbers[0]} of the ring and files numbered before it hold later "
+                    f"packets, so at least {overwritten} file(s) written before it were overwritten; nothing before "
                     f"{iso_time(kept_from)} was kept: what happened then is unknown (brokers and connections "
                     f"begun earlier are seen from then on only)", path=oldest, overwritten=overwritten,
                     kept_from=iso_time(kept_from))
@@ -742,7 +768,7 @@ def began_mid_stream(captures: Iterable[Capture], ends: Mapping[str, Mapping[tup
                    f"{'it was' if len(unjudged) == 1 else 'they were'}, a broker killed or a client gone, and how "
                    f"{'it' if len(unjudged) == 1 else 'each'} ended, the report cannot judge" if unjudged else "")
         found.append(_finding(
-            "began_mid_stream", WARNING if unjudged else INFO, f"{path}: the capture began mid-stream: "
+            "began_mid_stream", WARNING if unjudged else INFO, f"{clipped_name(path)}: the capture began mid-stream: "
             f"{_plural(len(older), 'connection{s}')} to NameServer{'s' if len(servers) > 1 else ''} "
             f"{', '.join(servers)} {were} already open (no SYN){of_brokers}; what happened before "
             f"{iso_time(capture.first)} is not shown: a broker's first_seen is the first time it was seen, not "
@@ -838,7 +864,8 @@ def _why_read_from(point: SecondPoint) -> str:
 
 
 def _files(paths: tuple[str, ...]) -> str:
-    return paths[0] if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more file(s) of its rotation)"
+    first = clipped_name(paths[0])
+    return first if len(paths) == 1 else f"{first} (and {len(paths) - 1} more file(s) of its rotation)"
 
 
 def dropped_headline(found: list[Item]) -> str | None:
@@ -1013,8 +1040,8 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     """One finding of ``items``; its line and theirs with every control character shown escaped
     (escapes.py, as the server's log shows them): they name what peers chose (brokers, clusters,
     topics, remarks), and a raw ESC or CR in one rewrote the data engineer's terminal from the
-    console's lines; a name past escapes.SHOWN_MAX characters clipped in them; the evidence's own
-    fields keep every value exact."""
+    console's lines; a name past escapes.SHOWN_MAX characters is clipped where it was put into them
+    (clipped_name, clipped_repr); the evidence's own fields keep every value exact."""
     severity = min((item["severity"] for item in items), key=SEVERITIES.index)
     named = len({str(item.get(UNITS[kind][0])) for item in items})
     units = len(items) if kind in EVENT_KINDS else len({_unit(kind, item) for item in items})
@@ -1027,10 +1054,9 @@ def _problem(kind: str, subject: str | None, items: list[Item]) -> Item:
     if failed and len(items) > 1:  # one item says them in its own line
         message += (f"; then {sum(f['count'] for f in failed):,} route lookup(s) answered TOPIC_NOT_EXIST for "
                     f"{_tally(failed, 'topic', clients=True)}")
-    for item in items:  # a name clipped as the audit trail clips it: a 20,000-character topic was such a line
-        item["message"] = escaped(names_clipped(item["message"], item, "message"))
-    problem = {"kind": kind, "severity": severity, "subject": subject, "units": units,
-               "message": escaped(names_clipped(message, items, "message")),
+    for item in items:
+        item["message"] = escaped(item["message"])
+    problem = {"kind": kind, "severity": severity, "subject": subject, "units": units, "message": escaped(message),
                "evidence": items}
     if by_connection:  # only where some were: every other capture's summary as it was
         problem["by_connection"] = by_connection
@@ -1098,9 +1124,9 @@ def _plural(n: int, noun: str) -> str:
 
 
 def _tally(items: list[Item], key: str, weight: str | None = "count", unit: str = "x", clients: bool = False,
-           show: Callable[[object], str] = str, missing: str = "(none)") -> str:
+           show: Callable[[object], str] = clipped_name, missing: str = "(none)") -> str:
     """'a (6x, 4 clients), b (2x), c, ... and 3 more', most first; once is said by no count; an item
-    without ``key`` is said as ``missing``."""
+    without ``key`` is said as ``missing``; each name by ``show`` (a long one clipped: clipped_name)."""
     counts: Counter[Any] = Counter()
     who: dict[object, set[Any]] = {}
     for item in items:
@@ -1124,7 +1150,7 @@ def _silences(items: list[Item]) -> str:
     for item in items:
         entry = longest.setdefault(item["broker"], [0, 0.0])
         entry[0], entry[1] = entry[0] + 1, max(entry[1], item["seconds"])
-    shown = [f"{broker} ({f'{n}x, longest ' if n > 1 else ''}{seconds:,.1f} s)"
+    shown = [f"{clipped_name(broker)} ({f'{n}x, longest ' if n > 1 else ''}{seconds:,.1f} s)"
              for broker, (n, seconds) in sorted(longest.items(), key=lambda kv: (-kv[1][1], kv[0]))]
     return f"{_plural(len(longest), UNITS[items[0]['kind']][1])}: {_first(shown)}"
 
@@ -1155,7 +1181,7 @@ def _answers(items: list[Item]) -> str:
         requesters.update(item["requesters"])
     return (f"{first['code_name']} answered {first['response_name']} ({first['response_code']}) "
             f"{sum(i['count'] for i in items):,}x to {_plural(len(requesters), 'client{s}')}: "
-            f"{_tally(items, 'remark', show=repr)}")
+            f"{_tally(items, 'remark', show=clipped_repr)}")
 
 
 def _unanswered(items: list[Item]) -> str:
@@ -1197,22 +1223,22 @@ def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, m
     then it did not exist yet, the usual first send with autoCreateTopicEnable."""
     facts = {"topic": topic, "client": client, "count": count, "first": _iso(first), "last": _iso(last)}
     if made is None and registered is None:
-        named = NOT_CAPTURED.format("topic") if topic is None else repr(topic)
+        named = NOT_CAPTURED.format("topic") if topic is None else clipped_repr(topic)
         return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {named}: "
                         f"TOPIC_NOT_EXIST", **facts)
     since = (f"its route served from {_iso(made)}" if made is not None else
              f"a broker's registration brought it to the NameServer at {_iso(registered)}")
-    return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of {topic!r} before "
-                    f"it existed (TOPIC_NOT_EXIST until {_iso(last)}, {since}): a topic made on first use, e.g. by "
-                    f"the broker's autoCreateTopicEnable", found_from=_iso(made), registered_at=_iso(registered),
-                    **facts)
+    return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of "
+                    f"{clipped_repr(topic)} before it existed (TOPIC_NOT_EXIST until {_iso(last)}, {since}): a topic "
+                    f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made),
+                    registered_at=_iso(registered), **facts)
 
 
 def _group_topic_gone(client: Any, topic: Any, count: int, first: Any, last: Any, had: float) -> Item:
     """A consumer group's retry or dead-letter topic answered TOPIC_NOT_EXIST to a client after that
     client had been served its route: not a consumer's start-up lookup but a route gone (its brokers
     left, or it was deleted) with no cause the replay saw (a cut capture keeps no registration's topics)."""
-    return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {topic!r}: "
+    return _finding("topic_not_exist", WARNING, f"{client} asked {count}x for the route of {clipped_repr(topic)}: "
                     f"TOPIC_NOT_EXIST, the last at {_iso(last)}, after this client had been served its route at "
                     f"{_iso(had)} (a consumer group's retry or dead-letter topic, not only its start-up lookup: the "
                     f"route went away and what took it is not in the capture)", topic=topic, client=client,
@@ -1324,7 +1350,8 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
     gap of missing files begins (files_missing); ``stepped``: the times a clock stepped back over
     in a file, (stepped to, stepped from): stamped twice, before the step and after it."""
     addr = stay_fields(broker)
-    label = addr["broker"] if named is None else named(addr["broker"], broker)  # the field: the broker alone
+    shown = clipped_name(addr["broker"])  # the field keeps the label whole; a line shows it clipped
+    label = shown if named is None else named(shown, broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         across = _across_step(broker, stepped)
         yield from (_story(broker, label, addr, missing_from) if across is None else
@@ -1361,13 +1388,13 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
                  "removed": removed}
         causes = _deleted_by_operator(drop, deletions, broker["server"])
         if causes:
-            told = "; ".join(f"{d['topic']!r} deleted by {d['client'] or '?'} at {d['t']} (DELETE_TOPIC_IN_NAMESRV "
-                             f"at {d['server']})" for d in causes)
+            told = "; ".join(f"{clipped_repr(d['topic'])} deleted by {d['client'] or '?'} at {d['t']} "
+                             f"(DELETE_TOPIC_IN_NAMESRV at {d['server']})" for d in causes)
             yield _finding("topics_deleted_from_broker", INFO, f"{label}: topics {drop['from']:,} -> {drop['to']:,} "
                            f"at {iso_time(drop['t'])}: {told}: an operator's deletion, not a loss", **facts,
                            deleted=[{key: d[key] for key in ("topic", "t", "client", "server")} for d in causes])
             continue
-        gone = f" ({_first([repr(t) for t in removed])} gone)" if removed else ""
+        gone = f" ({_first([clipped_repr(t) for t in removed])} gone)" if removed else ""
         yield _finding("topic_count_drop", WARNING, f"{label}: topics {drop['from']:,} -> {drop['to']:,} at "
                        f"{iso_time(drop['t'])}{gone}", **facts)
     for back in broker["version_backwards"]:
@@ -1534,7 +1561,8 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                             f"same listener on another of this host's addresses), down at least {down_s:,.1f} s")
                 yield _finding("server_restart", WARNING, f"{named} restarted: {went}, "
                                f"took connections again at {outage['up']}; {outage['refused']} attempt(s) refused "
-                               f"meanwhile; {len(back)} broker(s) registered again: {', '.join(back) or 'none'}",
+                               f"meanwhile; {len(back)} broker(s) registered again: "
+                               f"{', '.join(map(clipped_name, back)) or 'none'}",
                                server=endpoint, t=outage["down"], up=outage["up"], down_s=round(down_s, 3),
                                refused_while_down=outage["refused"], came_back=back, **more,
                                **{key: outage[key] for key in ("down_s_range",) if key in outage})
@@ -1590,26 +1618,28 @@ def seconds_between(first: str, second: str) -> float:
 def _story_findings(stories: list[Item]) -> Iterable[Item]:
     """What a session's stays tell together (analysis/replay.stories_of) and the admin requests."""
     for story in stories:
-        kind, where = story["kind"], f"{story['cluster'] or '?'} / {story.get('broker_name') or '?'}"
+        kind = story["kind"]
+        where = f"{clipped_name(story['cluster'] or '?')} / {clipped_name(story.get('broker_name') or '?')}"
         fields = {key: value for key, value in story.items() if key != "kind"}
         if kind == "failover":
             back = (f"; the old master back as slave at {story['old_master_back_as_slave_at']}"
                     if story["old_master_back_as_slave_at"] else "; the old master did not come back")
-            yield _finding(kind, WARNING, f"{where}: fail-over: master {story['old_master']} lost at {story['t']} "
-                           f"({story['how_lost'].replace('_', ' ')}), {story['new_master']} made master at "
-                           f"{story['new_master_at']}: no master for {story['no_master_s']:,.3f} s{back}"
+            yield _finding(kind, WARNING, f"{where}: fail-over: master {clipped_name(story['old_master'])} lost at "
+                           f"{story['t']} ({story['how_lost'].replace('_', ' ')}), {clipped_name(story['new_master'])} "
+                           f"made master at {story['new_master_at']}: no master for {story['no_master_s']:,.3f} s{back}"
                            f"{failover_words(story)}", **fields)
         elif kind == "broker_address_change":
-            yield _finding(kind, WARNING, f"{where} / {story['broker_id']}: moved from {story['from']} (it "
-                           f"{story['left'].replace('_', ' ')} at {story['left_at']}) to {story['to']} at "
-                           f"{story['t']}", **fields)
+            yield _finding(kind, WARNING, f"{where} / {story['broker_id']}: moved from {clipped_name(story['from'])} "
+                           f"(it {story['left'].replace('_', ' ')} at {story['left_at']}) to "
+                           f"{clipped_name(story['to'])} at {story['t']}", **fields)
         elif kind == "broker_id_change":
             after = f" after it {story['after'].replace('_', ' ')}" if story["after"] else ""
-            yield _finding(kind, WARNING, f"{where} / {story['broker_addr']}: brokerId {story['id_from']} "
-                           f"({role(story['id_from'])}) -> {story['id_to']} ({role(story['id_to'])}) at "
-                           f"{story['t']}{after}", **fields)
+            yield _finding(kind, WARNING, f"{where} / {clipped_name(story['broker_addr'])}: brokerId "
+                           f"{story['id_from']} ({role(story['id_from'])}) -> {story['id_to']} "
+                           f"({role(story['id_to'])}) at {story['t']}{after}", **fields)
         elif kind == "topic_deleted":
-            topic = NOT_CAPTURED.format("topic") if story["topic"] is None else f"topic {story['topic']!r}"
+            topic = (NOT_CAPTURED.format("topic") if story["topic"] is None
+                     else f"topic {clipped_repr(story['topic'])}")
             yield _finding(kind, INFO, f"{topic} deleted at {story['server']} at {story['t']} by "
                            f"{story.get('client') or '?'} (DELETE_TOPIC_IN_NAMESRV)", **fields)
         elif kind in ("write_perm_wiped", "write_perm_added"):
@@ -1619,8 +1649,8 @@ def _story_findings(stories: list[Item]) -> Iterable[Item]:
             if answered is not None and answered != topics:  # the server's count first: the capture's is short
                 held = (f" ({_plural(answered, 'topic{s}')} of it held, the NameServer answered; the capture "
                         f"holds {topics:,} of them: it misses some of what the NameServer held)")
-            broker = story["broker_name"]
-            if broker is None:  # cut by a snap length: which broker's topics it held is unknown
+            broker = clipped_name(story["broker_name"])
+            if story["broker_name"] is None:  # cut by a snap length: which broker's topics it held is unknown
                 broker, held = NOT_CAPTURED.format("broker"), ""
             yield _finding(kind, INFO, f"write permission of {broker} {what} at {story['server']} at "
                            f"{story['t']} by {story.get('client') or '?'}{held}", **fields)
@@ -1658,8 +1688,9 @@ def _addresses_across_sessions(brokers: list[Item]) -> list[Item]:
         if len({b["session"] for b in seen}) > 1 and len(identities) > 1:
             seen.sort(key=lambda b: b["first_seen"])
             found.append(_finding(
-                "address_in_sessions", INFO, f"{addr}: " + ", ".join(
-                    f"{b['cluster'] or '?'} / {b['broker_name'] or '?'} / {b['broker_id']} in session {b['session']}"
+                "address_in_sessions", INFO, f"{clipped_name(addr)}: " + ", ".join(
+                    f"{clipped_name(b['cluster'] or '?')} / {clipped_name(b['broker_name'] or '?')} / {b['broker_id']} "
+                    f"in session {b['session']}"
                     for b in seen) + " (other sessions: not compared)", broker_addr=addr,
                 sessions=[{"session": b["session"], "cluster": b["cluster"], "broker_name": b["broker_name"],
                            "broker_id": b["broker_id"]} for b in seen]))

@@ -147,3 +147,7 @@ BROKER_COLUMNS = (
     "topic_count_first", "topic_count_last", "topic_count_max", "unregistered", "ended", "ended_at",
     "connection_closes",
 )
+#: brokers.csv's columns (summary.json's brokers and the page's table too): the liveness stage's, then
+#: what the driver notes once every input is known (findings.note_clock_steps: its times stamped on
+#: both sides of a clock's step back)
+BROKERS_CSV_COLUMNS = (*BROKER_COLUMNS, "across_clock_step")

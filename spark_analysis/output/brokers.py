@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from spark_analysis.analysis.clients import CLIENT_COLUMNS
-from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.decode.schema import BROKERS_CSV_COLUMNS
 from spark_analysis.model.sessions import iso_time
 from twisted_namesrv.remoting.fastjson import java_utf8
 
@@ -28,7 +28,7 @@ def spreadsheet_text(value: str) -> str:
 def brokers_csv(registered: list[dict]) -> bytes:
     """The brokers that registered (Liveness.registered): times as ISO 8601 UTC, durations in
     seconds to the millisecond, booleans as true/false."""
-    return _csv(BROKER_COLUMNS, ([_broker_value(column, broker[column]) for column in BROKER_COLUMNS]
+    return _csv(BROKERS_CSV_COLUMNS, ([_broker_value(column, broker[column]) for column in BROKERS_CSV_COLUMNS]
                                  for broker in registered))
 
 

@@ -36,7 +36,7 @@ from spark_analysis.analysis.findings import StayNamer, at_nameserver, broker_la
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.analysis.liveness import Liveness, plot_order
 from spark_analysis.capture.inputs import PAGE_FILE
-from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.decode.schema import BROKERS_CSV_COLUMNS
 from spark_analysis.model.periods import (
     EXPIRY_SECONDS,
     INTERVAL_BUCKET_S,
@@ -45,7 +45,7 @@ from spark_analysis.model.periods import (
     PLOTTED_BROKERS,
     TimeBins,
 )
-from twisted_namesrv.escapes import escaped
+from twisted_namesrv.escapes import SHOWN_MAX, clipped_name, clipped_text, escaped
 
 TOP_CODES = 25
 #: evidence listed under a finding in the page (summary.json has it all)
@@ -585,8 +585,9 @@ def _controller(controller: dict | None) -> str:
         return ""
     parts = []
     for g in groups:
-        title = f"{g['cluster'] or '?'} / {g['broker_name'] or '?'} at controller {g['controller']}"
-        members = ", ".join(f"{m['broker_id']}: {m['broker_addr']}" for m in g["members"]) or "none known"
+        title = (f"{clipped_name(g['cluster'] or '?')} / {clipped_name(g['broker_name'] or '?')} at controller "
+                 f"{g['controller']}")
+        members = ", ".join(f"{m['broker_id']}: {clipped_name(m['broker_addr'])}" for m in g["members"]) or "none known"
         parts.append(f"<h3>{page_text(title)}</h3><p>brokerIds: {page_text(members)}</p>"
                      + _table(("master_epoch", "master_broker_id", "master_addr", "at", "after", "by",
                                "sync_state_set", "sync_state_set_epoch", "how"), g["elections"])
@@ -602,7 +603,7 @@ def _controller(controller: dict | None) -> str:
 
 
 def _brokers(brokers: list[dict]) -> str:
-    return f"<section id='brokers'><h2>Brokers</h2>{_table(BROKER_COLUMNS, brokers)}</section>"
+    return f"<section id='brokers'><h2>Brokers</h2>{_table(BROKERS_CSV_COLUMNS, brokers)}</section>"
 
 
 def _clients(rows: list[dict]) -> str:
@@ -622,9 +623,19 @@ def _counts(counts: dict) -> str:
 def _table(columns: Iterable[str], rows: list[dict], row_class: Callable[[dict], str] = lambda row: "") -> str:
     columns = list(columns)
     head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
-    body = "".join(f"<tr class='{row_class(row)}'>" + "".join(f"<td>{page_text(_cell(row[c]))}</td>" for c in columns)
-                   + "</tr>" for row in rows)
+    body = "".join(f"<tr class='{row_class(row)}'>" + "".join(_td(_cell(row[c])) for c in columns) + "</tr>"
+                   for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _td(text: str) -> str:
+    """A table's cell: text past escapes.SHOWN_MAX characters (a name a peer chose, a stay's list of
+    input files) clipped as the findings' lines clip a name (clipped_text), the whole in its
+    ``title`` (shown on hover; page_text escapes both quote marks, so it stays one attribute). A
+    20,000-character broker name or remark was a cell of 20,000 characters."""
+    if len(text) <= SHOWN_MAX:
+        return f"<td>{page_text(text)}</td>"
+    return f"<td title=\"{page_text(text)}\">{page_text(clipped_text(text))}</td>"
 
 
 def _cell(value: object) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from spark_analysis.analysis.findings import SLOW_MS, Groups, attention, evidence, response_groups, response_name
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
-from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.decode.schema import BROKERS_CSV_COLUMNS
 from spark_analysis.model.periods import EXPIRY_SECONDS, NEAR_EXPIRY_S, PERIOD_GAP_S
 from spark_analysis.model.sessions import iso_time
 from spark_analysis.model.sessions import iso_time_or_none as _iso
@@ -52,7 +52,7 @@ def summary(file_rows: list[dict], periods: list[tuple[float, float]], counts: d
                      for a, b in zip(periods, periods[1:], strict=False)],
         },
         "counts": counts,
-        "brokers": [{column: _json_value(column, b[column]) for column in BROKER_COLUMNS} for b in registered],
+        "brokers": [{column: _json_value(column, b[column]) for column in BROKERS_CSV_COLUMNS} for b in registered],
         "addresses_never_registered": [b["broker_addr"] for b in brokers if not b["registrations"]],
         "calls_by_code": [_code_row(s) for s in codes],
         "calls_by_server": [{"server": s.server, **_code_row(s)} for s in server_codes or ()],

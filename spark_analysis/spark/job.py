@@ -104,7 +104,7 @@ from spark_analysis.spark.liveness_stage import (
     liveness_tasks,
 )
 from spark_analysis.spark.struct_types import DECODED, EVENTS
-from twisted_namesrv.escapes import escaped
+from twisted_namesrv.escapes import clipped_name, escaped
 
 PIECES = StructType([StructField("lower", StringType(), False), StructField("higher", StringType(), False),
                      # the file's name as the file system has it: not always UTF-8 (os.fsencode)
@@ -207,14 +207,14 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     cut = [f for f in file_rows if f["cut_records"]]
     progress(f"read {read.records:,} records ({_mib(read.bytes)}), {read.segments:,} TCP segments "
              f"{_on_ports(ports)}" + "".join(
-                 f"\n      {shown_name(f['path'])}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
+                 f"\n      {_said(f['path'])}: packets cut at {f['cut_at']:,} bytes: {f['cut_records']:,} of "
                  f"{f['records']:,} packets, {f['uncaptured_bytes']:,} bytes not captured" for f in cut)
              + "".join(f"\n      {escaped(item['message'])}" for item in dropped)
-             + "".join(f"\n      {shown_name(f['path'])}: {findings.problem_text(f)}"
+             + "".join(f"\n      {_said(f['path'])}: {findings.problem_text(f)}"
                        + (f": {still[f['path']]}" if f["path"] in still else "") for f in file_rows
                        if f["problem"] and not findings.quiet_file(f))
              + _quiet_files([f["path"] for f in file_rows if findings.quiet_file(f)])
-             + "".join(f"\n      {shown_name(path)}: {len(times) + 1} captures in one file: nothing captured "
+             + "".join(f"\n      {_said(path)}: {len(times) + 1} captures in one file: nothing captured "
                        + ", ".join(f"{after - before:,.0f} s from {iso_time(before)} to {iso_time(after)}"
                                    for before, after in times)
                        + " (no connection carries on over it)" for path, times in parts.not_captured().items()))
@@ -316,6 +316,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     namesrv_codes, controller_codes = served_codes()
     nameservers = nameserver_endpoints(tally.served, namesrv_codes)
     liveness.only_at(nameservers)
+    findings.note_clock_steps(liveness.brokers, file_rows)  # its intervals stamped both sides of a step: said
     registered = liveness.registered()
     write_bytes(spark, f"{out}/{inputs.BROKERS_FILE}", brokers_csv(registered))
     counts["brokers"] = len(registered)
@@ -1029,6 +1030,12 @@ def _absolute(out: str) -> str:
 
 def _on_ports(ports: Ports) -> str:
     return f"on port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))}" if ports else "on any port"
+
+
+def _said(path: str) -> str:
+    """An input's name in a console line: clipped past escapes.SHOWN_MAX characters as the findings'
+    lines clip it, its controls escaped (shown_name)."""
+    return shown_name(clipped_name(path))
 
 
 def _quiet_files(paths: list[str]) -> str:

@@ -69,7 +69,7 @@ def test_a_peer_s_controls_and_markup_in_the_page_s_tables_show_escaped() -> Non
     """The brokers table (and every other: inputs, answers' remarks, clients, the controller's)
     wrote a name's U+202E, ESC and U+2028 raw: the override turned the rest of its cell around.
     Each is its escape now, as on the console, and HTML's specials are entities."""
-    row = dict.fromkeys(report.BROKER_COLUMNS) | {"cluster": HOSTILE_CLUSTER, "broker_name": HOSTILE_NAME}
+    row = dict.fromkeys(report.BROKERS_CSV_COLUMNS) | {"cluster": HOSTILE_CLUSTER, "broker_name": HOSTILE_NAME}
     table = report._brokers([row])
     assert not any(ch in table for ch in "\u202e\x1b\u2028")
     assert "\\u202e" in table and "\\x1b[2J" in table and "\\u2028" in table

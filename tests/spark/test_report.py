@@ -40,7 +40,7 @@ BROKER_COLUMNS = ["session", "server", "input",
                   "registrations", "refused_registrations", "crc_failures", "interval_p50_s", "interval_p90_s",
                   "interval_p99_s", "max_gap_s", "near_expiry", "would_expire", "body_len_min", "body_len_median",
                   "body_len_max", "compressed", "topic_count_first", "topic_count_last", "topic_count_max",
-                  "unregistered", "ended", "ended_at", "connection_closes"]
+                  "unregistered", "ended", "ended_at", "connection_closes", "across_clock_step"]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_analysis.decode.schema import BROKER_COLUMNS
+from spark_analysis.decode.schema import BROKERS_CSV_COLUMNS
 from spark_analysis.output.brokers import brokers_csv
 from tests.spark.conftest import run_job
 from tests.spark.test_report import same_rows
@@ -248,7 +248,7 @@ def test_the_checker_reads_a_broker_s_exact_name_not_the_spreadsheet_s() -> None
     summary = _told(truth)
     assert judge(truth, summary) == []
     written = brokers_csv([{column: seconds(row[column]) if column == "first_seen" else row.get(column)
-                            for column in BROKER_COLUMNS} for row in summary["brokers"]])
+                            for column in BROKERS_CSV_COLUMNS} for row in summary["brokers"]])
     spreadsheet = list(csv.DictReader(io.StringIO(written.decode())))
     assert all(row["broker_name"].startswith("'-") and row["cluster"].startswith("'=") for row in spreadsheet)
     assert judge_brokers(truth, spreadsheet)  # what reading brokers.csv's text would say

@@ -384,10 +384,11 @@ class ReplicasInfoManager:
         elif isinstance(event, ElectMasterEvent):
             if self.is_contains_broker(event.brokerName):
                 info = self.sync_state_set_info_table[event.brokerName]
-                elected = event.newMasterElected and event.newMasterBrokerId is not None
-                if elected:
-                    info.update_master_info(event.newMasterBrokerId)
-                    info.update_sync_state_set_info({event.newMasterBrokerId})
+                master = event.newMasterBrokerId if event.newMasterElected else None
+                elected = master is not None
+                if master is not None:
+                    info.update_master_info(master)
+                    info.update_sync_state_set_info({master})
                 else:
                     info.update_master_info(None)
                 self.elections[info.cluster_name, event.brokerName, ELECTED if elected else NOT_ELECTED] += 1
