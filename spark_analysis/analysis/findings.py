@@ -224,7 +224,7 @@ def _unread_records_findings(files: list[Item]) -> Iterable[Item]:
     is not in the report (a warning: that interface may have carried traffic no other did)."""
     for f in files:
         if f.get("unread_records"):
-            yield _finding("records_not_read", WARNING, f"{f['path']}: {f['unread_records']:,} of its "
+            yield _finding("records_not_read", WARNING, f"{clipped_name(f['path'])}: {f['unread_records']:,} of its "
                            f"{f['records']:,} records are of link type {f['unread_link_type']}, not read "
                            f"({LINK_TYPES_SAID}): an interface of another kind captured with those read; what "
                            f"they held is not in this report", path=f["path"], records=f["unread_records"],
