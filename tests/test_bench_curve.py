@@ -5,6 +5,7 @@ many were and why. The figures themselves are a benchmark's, never asserted."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -58,6 +59,15 @@ def test_clients_that_cannot_connect_say_how_many_did_and_why(curve):
         with pytest.raises(curve.ClientsRefused, match=r"opened 0 of 3 client connections, then "
                                                          r"ConnectionRefusedError"):
             curve.open_clients(port, 3)
+
+
+def test_the_server_runs_from_compiled_bytecode_as_installed(curve, tmp_path):
+    """A checkout's package gets its bytecode before a server starts from it (RSS as installed)."""
+    module = tmp_path / "twisted_namesrv" / "piece.py"
+    module.parent.mkdir()
+    module.write_text("VALUE = 1\n")
+    curve.compiled(tmp_path)
+    assert Path(importlib.util.cache_from_source(str(module))).is_file()
 
 
 def test_a_stopped_server_leaves_no_process_of_its_group(curve, tmp_path):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.application import service
 from twisted.internet import defer, interfaces, protocol, task
@@ -38,7 +38,6 @@ from .budget import (
     make_table_room,
     open_file_limit,
 )
-from .client import TlsWrap
 from .clocks import PROCESS_KEEP_TIMERS, owners_view, since_now, steady_seconds, underlying
 from .context import NamesrvState
 from .controller.audit import CONTROLLER
@@ -55,7 +54,6 @@ from .lost_topics import DEPARTURES, LostTopics
 from .metrics import Metrics
 from .observations import Observations
 from .outages import HealthWatch, RouteHealth
-from .peers import PeersService, peer_addresses
 from .processor import waiting_for_service
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
@@ -76,6 +74,10 @@ from .timers import ClockedTimerService
 from .tls import connect_with, listen_with
 from .topology_store import TopologyStoreService, topology_path
 from .warm_restart import RouteSnapshotService
+
+if TYPE_CHECKING:  # both only with metricsPort (the peers view's): imported where it is built
+    from .client import TlsWrap
+    from .peers import PeersService
 
 log = Logger()
 BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
@@ -506,6 +508,7 @@ class NamesrvService(service.MultiService):
         if config["metricsPort"]:
             # the HTTP side (twisted.web, prometheus_client: about 5 MB of resident memory) is imported only
             # with metricsPort; both are installed with the package (setup.cfg), so it never lacks them
+            from .peers import PeersService
             from .web.site import make_site
 
             self.peers = PeersService(self.state, self.own_address, self.peer_list, reactor,
@@ -536,6 +539,8 @@ class NamesrvService(service.MultiService):
         return host_port(host, self.listen_port())
 
     def peer_list(self) -> list[str]:
+        from .peers import peer_addresses  # (only the peers view, with metricsPort, asks)
+
         return peer_addresses(self.config, self.listen_port())
 
     def listen_port(self) -> int:

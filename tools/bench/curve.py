@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import json
 import multiprocessing
 import os
@@ -160,6 +161,7 @@ class Server:
 
     def __init__(self, command: str | None, scratch: Path, name: str, core: int | None = SERVER_CORE,
                  step: Step | None = None) -> None:
+        compiled(REPO)
         self.port = free_port()
         self.data_dir = data_dir = scratch / f"{name}-{self.port}"
         data_dir.mkdir(parents=True)
@@ -235,6 +237,14 @@ class Server:
             if time.monotonic() > deadline:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             time.sleep(0.05)
+
+
+def compiled(tree: Path) -> None:
+    """The package's bytecode in ``tree`` made, as an install makes it (pip, and the image's
+    compileall): a server that compiles its modules from source at start (a checkout, under
+    PYTHONDONTWRITEBYTECODE) keeps the compiler's leftovers in its heap, 1.2-1.3 MiB of RSS more
+    at rest and about 1 MiB after the 5,000 first registrations than the server as installed runs."""
+    compileall.compile_dir(tree / "twisted_namesrv", quiet=1)
 
 
 def group_alive(pgid: int) -> bool:

@@ -1,0 +1,41 @@
+"""What a default server (no metricsPort, no controller, no TLS) imports: none of the modules only
+an option's parts use, so the memory a default server holds at rest is not theirs (docs/benchmarks.md,
+issue 47's RSS). Each is imported where the composition root (service.py) wires its part."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: modules only an option's parts import: the peers view and its blocking admin client (metricsPort),
+#: the HTTP side (metricsPort), the controller's service (enableControllerInNamesrv)
+OPTIONAL = ("twisted_namesrv.peers", "twisted_namesrv.admin.client", "twisted_namesrv.admin.compare",
+            "twisted_namesrv.web", "twisted.web", "prometheus_client", "twisted_namesrv.controller.service")
+
+STARTED = """
+import json, sys, tempfile
+from pathlib import Path
+from twisted.internet import reactor
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state.config import NamesrvConfig
+data = Path(tempfile.mkdtemp())
+config = NamesrvConfig({"listenPort": 0, "bindAddress": "127.0.0.1", "kvConfigPath": str(data / "kv.json"),
+                        "configStorePath": str(data / "namesrv.properties")}, schema=SERVER_SCHEMA)
+service = NamesrvService.from_config(config, reactor)
+service.startService()
+service.stopService()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_a_default_server_imports_no_optional_part(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", STARTED], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=True)
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "twisted_namesrv.service" in loaded and "twisted_namesrv.state.routes" in loaded
+    assert sorted(name for name in loaded if any(name == n or name.startswith(n + ".") for n in OPTIONAL)) == []
