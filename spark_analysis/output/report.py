@@ -19,8 +19,10 @@ import base64
 import functools
 import hashlib
 import html
+import importlib.util
 import json
 import math
+import os
 import pkgutil
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -171,14 +173,43 @@ class _PlotlyJs(NamedTuple):
 _PLOTLY_STYLE = re.compile(r"""createElement\("style"\);[^;']{0,200}[;,]\s*\w+\.textContent='([^'\\]*)'""")
 
 
-@functools.cache
+#: plotly.js in Plotly's package
+PLOTLY_JS = "package_data/plotly.min.js"
+#: the last plotly.js read, by the (size, modification time, inode) its file had when read
+_plotly_read: list[tuple[tuple[int, int, int] | None, _PlotlyJs]] = []
+
+
 def _plotly_js() -> _PlotlyJs:
-    """plotly.js as Plotly's package holds it, hashed once (4.6 MB) with what it writes as styles:
-    a stylesheet refused is harmless (the report draws no map) but said on the console each time."""
-    code = pkgutil.get_data("plotly", "package_data/plotly.min.js")
+    """plotly.js as Plotly's package holds it, with its hash and what it writes as styles (a
+    stylesheet refused is harmless, the report draws no map, but said on the console each time):
+    read, scanned and hashed (4.6 MB, 18 ms of CPU) once a process while its file stays as it
+    was (the same size, modification time and inode), and again once it changes (Plotly upgraded
+    under a long-lived driver): the policy's hash is always that of the code the page inlines,
+    both from one reading. A file whose change kept all three would keep its earlier copy, whole
+    and matching its hash; so would one in a zip (no stat to read), as all did before."""
+    kept = _plotly_read[0] if _plotly_read else None
+    now = _file_stat("plotly", PLOTLY_JS)
+    if kept is not None and kept[0] == now:
+        return kept[1]
+    code = pkgutil.get_data("plotly", PLOTLY_JS)
     assert code is not None
     styles = tuple(_hash(text.encode()) for text in _PLOTLY_STYLE.findall(code.decode()))
-    return _PlotlyJs(code, _hash(code), styles)
+    read = _PlotlyJs(code, _hash(code), styles)
+    _plotly_read[:] = [(now, read)]
+    return read
+
+
+def _file_stat(package: str, resource: str) -> tuple[int, int, int] | None:
+    """The size, modification time (ns) and inode of a package's data file; None where the
+    package is not in files (a zip)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        found = os.stat(os.path.join(os.path.dirname(spec.origin), resource))
+    except OSError:
+        return None
+    return found.st_size, found.st_mtime_ns, found.st_ino
 
 
 def _hash(text: bytes) -> str:

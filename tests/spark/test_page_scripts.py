@@ -1,10 +1,17 @@
 """The page's Content-Security-Policy hashes (report.py): the figures' inline scripts found as the
-regular expression found them."""
+regular expression found them, and plotly.js's hash read again when its file changes under a
+long-lived driver, not the first one read kept for the process's life."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import pkgutil
 import re
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,4 +33,47 @@ def test_a_figure_s_scripts_are_found_whole() -> None:
     markup = "<div id='x'></div><script type=\"text/javascript\">if (a > b) {draw('<b>')}</script>" \
              "<p>between</p><script>\nsecond\n</script><script>never closed"
     assert list(report.inline_scripts(markup)) == ["if (a > b) {draw('<b>')}", "\nsecond\n"]
+
+
+STYLE = "createElement(\"style\");s.id=\"maplibre\",s.textContent='.{}{{color:red}}'"
+
+
+@pytest.fixture
+def fake_plotly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A package named plotly whose plotly.js is a file of the test's, none of it read yet."""
+    package = tmp_path / "plotly"
+    (package / "package_data").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    spec = importlib.util.spec_from_file_location("plotly", package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
+    assert spec is not None
+    monkeypatch.setitem(sys.modules, "plotly", importlib.util.module_from_spec(spec))
+    monkeypatch.setattr(report, "_plotly_read", [])
+    return package / report.PLOTLY_JS
+
+
+def _written(path: Path, text: str, mtime_ns: int) -> None:
+    path.write_text(text)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_plotly_js_is_read_once_while_its_file_stays(fake_plotly: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _written(fake_plotly, "var v = 1;" + STYLE.format("one"), 1_000_000_000)
+    reads = []
+    monkeypatch.setattr(pkgutil, "get_data", lambda *args: reads.append(args) or fake_plotly.read_bytes())
+    first = report._plotly_js()
+    assert report._plotly_js() is first
+    assert len(reads) == 1
+
+
+def test_plotly_js_read_again_once_its_file_changed(fake_plotly: Path) -> None:
+    _written(fake_plotly, "var v = 1;" + STYLE.format("one"), 1_000_000_000)
+    before = report._plotly_js()
+    # the same size, a later modification time: Plotly upgraded under the driver
+    _written(fake_plotly, "var v = 2;" + STYLE.format("two"), 2_000_000_000)
+    after = report._plotly_js()
+    assert after.code == fake_plotly.read_bytes()
+    assert after.script == report._hash(fake_plotly.read_bytes()) != before.script
+    assert after.styles == (report._hash(b".two{color:red}"),) != before.styles
+    assert report._plotly_js() is after
 
