@@ -199,6 +199,12 @@ def _plotly_js() -> _PlotlyJs:
     return read
 
 
+def ready() -> None:
+    """What every page holds whatever the capture (plotly.js, read and hashed), made ready ahead
+    (job.report_ready)."""
+    _plotly_js()
+
+
 def _file_stat(package: str, resource: str) -> tuple[int, int, int] | None:
     """The size, modification time (ns) and inode of a package's data file; None where the
     package is not in files (a zip)."""

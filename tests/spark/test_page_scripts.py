@@ -1,6 +1,7 @@
 """The page's Content-Security-Policy hashes (report.py): the figures' inline scripts found as the
-regular expression found them, and plotly.js's hash read again when its file changes under a
-long-lived driver, not the first one read kept for the process's life."""
+regular expression found them; plotly.js's hash read again when its file changes under a
+long-lived driver, not the first one read kept for the process's life; and read while the Spark
+jobs run."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import pkgutil
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_analysis.output import report
+from tests.spark.conftest import run_job
 
 #: how the page found its scripts before (the expression inline_scripts stands for)
 SCRIPT = re.compile(r"<script[^>]*>(.*?)</script>", re.DOTALL)
@@ -77,3 +80,19 @@ def test_plotly_js_read_again_once_its_file_changed(fake_plotly: Path) -> None:
     assert after.styles == (report._hash(b".two{color:red}"),) != before.styles
     assert report._plotly_js() is after
 
+
+
+def test_plotly_js_is_ready_before_the_page_is_written(spark, synthetic, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read and hashed while the Spark jobs run (job.report_ready), not by the driver's thread
+    after the last job, with every core waiting for it."""
+    monkeypatch.setattr(report, "_plotly_read", [])  # as in a one-shot run's driver
+    reads, seen_by_the_page = [], []
+    reading, writing = report._plotly_js, report.write_report
+    monkeypatch.setattr(report, "_plotly_js", lambda: reads.append(threading.current_thread()) or reading())
+    monkeypatch.setattr(report, "write_report", lambda *args: seen_by_the_page.append(list(reads)) or writing(*args))
+    outputs = run_job(spark, [str(synthetic[0])], tmp_path / "out", report=True)
+    assert len(seen_by_the_page) == 1 and len(seen_by_the_page[0]) == 1
+    assert seen_by_the_page[0][0] is not threading.main_thread()
+    assert (tmp_path / "out" / "report.html").read_bytes().count(report._plotly_js().script.encode()) == 1
+    assert outputs.summary["counts"]
