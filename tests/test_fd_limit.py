@@ -5,6 +5,7 @@ their descriptors (a subprocess under ulimit -n 256)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import http.client
 import io
@@ -324,30 +325,42 @@ def test_the_http_port_keeps_a_headroom_the_others_cannot_take():
     assert FdBudget(256, 0, table, task.Clock().seconds, headroom=8).admit()  # fdReserve=0: nothing kept
 
 
-def test_a_remoting_flood_leaves_the_probes_and_metrics_room_to_answer(tmp_path):
-    """Under ulimit -n 256, 300 idle remoting connections: before, they took the budget to its
-    reserve and /healthz and /metrics were closed unanswered (a scraper saw the server down, not
-    what it refused). Now they answer, and /metrics counts the refusals (fd_reserve)."""
+@contextlib.contextmanager
+def flooded_server(tmp_path, connections: int, output: list[str] | None = None):
+    """A server under ``ulimit -n 256`` (``start_limited``) holding ``connections`` idle remoting
+    peers; yields its (remoting, HTTP) ports, then closes the peers, stops it (its output appended
+    to ``output``) and puts this process's limit back."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
     proc, port, http_port = start_limited(tmp_path, "aclEnable=false\n")
     flood: list[socket.socket] = []
     try:
-        flood += idle_connections(port, 300)
+        flood += idle_connections(port, connections)
         time.sleep(1)
+        yield port, http_port
+    finally:
+        for connection in flood:
+            connection.close()
+        proc.terminate()
+        said = proc.communicate(timeout=30)[0]
+        if output is not None:
+            output.append(said)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_remoting_flood_leaves_the_probes_and_metrics_room_to_answer(tmp_path):
+    """Under ulimit -n 256, 300 idle remoting connections: before, they took the budget to its
+    reserve and /healthz and /metrics were closed unanswered (a scraper saw the server down, not
+    what it refused). Now they answer, and /metrics counts the refusals (fd_reserve)."""
+    output: list[str] = []
+    with flooded_server(tmp_path, 300, output) as (_, http_port):
         assert http_get(http_port, "/healthz")[0] == 200
         status, metrics = http_get(http_port, "/metrics")
         assert status == 200
         assert re.search(rb'namesrv_refusals_total\{listener="remoting",reason="fd_reserve"\} [1-9]', metrics)
         assert not re.search(rb'namesrv_refusals_total\{listener="http",reason="fd_reserve"\} [1-9]', metrics)
-    finally:
-        for connection in flood:
-            connection.close()
-        proc.terminate()
-        output = proc.communicate(timeout=30)[0]
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert "fewer than 64 of 256 descriptors (ulimit -n) would stay free for the stores (fdReserve) and 8 more for " \
-           "the HTTP port" in output
+           "the HTTP port" in output[0]
 
 
 #: a process with a second thread (the table shared: each growth waits for RCU) opening ``count``
@@ -414,13 +427,7 @@ def test_namesrv_admin_refused_by_a_server_out_of_descriptors_says_so_not_tls(tm
     as out of descriptors; an enforcing TLS port is still named as one (tests/admin/test_tls.py)."""
     from twisted_namesrv.admin.client import AdminError
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
-    proc, port, _ = start_limited(tmp_path, "aclEnable=false\n")
-    flood: list[socket.socket] = []
-    try:
-        flood += idle_connections(port, 250)
-        time.sleep(1)
+    with flooded_server(tmp_path, 250) as (port, _):
         fresh = NamesrvClient(f"127.0.0.1:{port}", 5)
         try:
             fresh.call(RequestCode.GET_KV_CONFIG, {"namespace": "ns", "key": "k"})
@@ -432,9 +439,3 @@ def test_namesrv_admin_refused_by_a_server_out_of_descriptors_says_so_not_tls(tm
             fresh.close()
         assert "the connection before answering GET_KV_CONFIG" in text, text  # closed, or reset
         assert "refusing connections, as it does out of file descriptors" in text and "try --tls" not in text, text
-    finally:
-        for connection in flood:
-            connection.close()
-        proc.terminate()
-        proc.communicate(timeout=30)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
