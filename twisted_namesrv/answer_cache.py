@@ -68,7 +68,7 @@ import msgspec
 from .bodies.register import mapping_version_span
 from .bodies.route import topic_route_bean
 from .cluster_info import ClusterInfoPieces
-from .remoting import RemotingCommand, SerializeType, fastjson
+from .remoting import JSON_SERIALIZE, RemotingCommand, fastjson
 from .remoting.crc import crc32_masked_steps
 from .remoting.header import KEPT_HEADER_MAX, OPAQUE_KEY, SERVER_TEMPLATES_SIZE, HeaderTemplates
 from .route_pieces import RoutePieces
@@ -210,9 +210,6 @@ class RenewalKey(msgspec.Struct, frozen=True, gc=False):
 
 
 _PREFIX = struct.Struct(">iI")
-#: the JSON serialize type's code, read once as dispatch reads its codes (EnumType's ``__getattr__``
-#: hook: about 1,000 instructions a read, one a first registration, one a heartbeat answered)
-_JSON = SerializeType.JSON
 _LENGTH = struct.Struct(">i")
 _OPAQUE_AT = len(OPAQUE_KEY)
 _CRC_KEY = b'"bodyCrc32":"'
@@ -478,8 +475,8 @@ class AnswerCache:
             answers.size += len(body) + PIECE_OVERHEAD
             self.routes_bytes += len(body) + PIECE_OVERHEAD
         body = answers.bodies[variant]
-        if (frame is not None and body is response.body and request.serialize_type == _JSON
-                and response.serialize_type == _JSON and not request.body and not request.is_oneway
+        if (frame is not None and body is response.body and request.serialize_type == JSON_SERIALIZE
+                and response.serialize_type == JSON_SERIALIZE and not request.body and not request.is_oneway
                 and frame.count(OPAQUE_KEY) == 1):
             self._keep_reply(frame, request.opaque, encoded, answers, variant, body)
 
@@ -497,7 +494,7 @@ class AnswerCache:
         if (variant, tail) not in answers.rests and len(answers.rests) >= MAX_RESTS_PER_TOPIC:
             return  # (the topic's bodies stay kept: it is answered from them)
         header_length = len(head) + len(digits) + len(tail)
-        prefix = _PREFIX.pack(4 + header_length + len(body), (_JSON << 24) | header_length) + head
+        prefix = _PREFIX.pack(4 + header_length + len(body), (JSON_SERIALIZE << 24) | header_length) + head
         after = frame[end:]
         weight = len(after) + len(prefix) + len(tail) + REPLY_OVERHEAD  # (Reply.weight)
         adding = weight + at + HEAD_OVERHEAD + made  # (at most: its request's start, its end may be kept already)
@@ -628,7 +625,7 @@ class AnswerCache:
         digits = frame[key.at:key.at + key.digits]
         header_length = kept.header_length + len(digits)
         return b"".join((_PREFIX.pack(4 + len(kept.head) + len(digits) + len(kept.rest),
-                                      (_JSON << 24) | header_length), kept.head, digits, kept.rest))
+                                      (JSON_SERIALIZE << 24) | header_length), kept.head, digits, kept.rest))
 
     def forget_channel(self, channel: Channel) -> None:
         """The connection closed: its kept registration answer goes with it."""
@@ -786,7 +783,7 @@ def renewal_key_steps(frame: bytes, crc_kept: int | None = None, shape: bytes = 
     else:
         size = len(frame)
         end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
-        if frame[0] != _JSON or end > size:
+        if frame[0] != JSON_SERIALIZE or end > size:
             return None
         at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
         digits = _DIGITS.match(frame, at, end) if at >= _OPAQUE_AT else None

@@ -49,7 +49,7 @@ from .answer_cache import NO_LIMIT, UNREAD, RenewalKey, Unread, renewal_key_step
 from .context import Peer
 from .metrics import OTHER_CODE, Metrics
 from .processor import REGISTER_BROKER, Answer, Handler, SteppedHandler
-from .remoting import ONEWAY_FLAG, RemotingCommand, RemotingDecodeError, ResponseCode, SerializeType
+from .remoting import JSON_SERIALIZE, ONEWAY_FLAG, RemotingCommand, RemotingDecodeError, ResponseCode
 from .remoting.command import peek_code
 from .remoting.values import BadRequest
 from .state.routes import Channel
@@ -57,11 +57,11 @@ from .steps import STEP_BYTES, Steps, run_steps
 
 log = Logger()
 
-#: the codes a registration's and a heartbeat's answer is tried and counted by, the enum members
-#: themselves read once: Python 3.11 reads ``RequestCode.X`` through EnumType's ``__getattr__`` hook
-#: (type's own look-up, called as a method), about 1,000 instructions each, several a registration
-#: (REGISTER_BROKER is read once in processor, the handler table, which tries a first registration by it)
-_SUCCESS, _JSON = ResponseCode.SUCCESS, SerializeType.JSON
+#: the code a registration's and a heartbeat's answer is tried and counted by, the enum member
+#: itself read once: Python 3.11 reads ``ResponseCode.X`` through EnumType's ``__getattr__`` hook
+#: (type's own look-up, called as a method), about 1,000 instructions a read (the JSON serialize type:
+#: remoting.JSON_SERIALIZE; REGISTER_BROKER: processor, the handler table, which tries a first registration by it)
+_SUCCESS = ResponseCode.SUCCESS
 
 #: small requests with a handler in steps (registrations) answered at once in one reactor turn; the
 #: turn's others are answered in the turns after, as many a turn (about 70-140 µs each: 16 of them
@@ -548,8 +548,8 @@ class Dispatcher:
         asked = request.header  # its fields read once (RemotingCommand's properties are a call each)
         return (response.header.code == _SUCCESS and asked.code == REGISTER_BROKER
                 and peer.channel is not None and (len(frame) < self.step_from or len(frame) <= RENEWED_IN_STEPS_BYTES)
-                and request.serialize_type == _JSON
-                and response.serialize_type == _JSON
+                and request.serialize_type == JSON_SERIALIZE
+                and response.serialize_type == JSON_SERIALIZE
                 and not (asked.flag & ONEWAY_FLAG) and not self.table.checks_peer(self.state, asked.code))
 
     def _count(self, request: RemotingCommand, response_code: int | None, handled: bool, begun: float) -> None:

@@ -90,6 +90,12 @@ class SerializeType(IntEnum):
     ROCKETMQ = 1
 
 
+#: ``SerializeType.JSON`` read once, for the paths that compare every frame's type with it: Python 3.11
+#: reads an enum member through EnumType's ``__getattr__`` hook, about 1,000 instructions a read
+#: (dispatch's and the answer cache's, once a first registration and once a heartbeat answered)
+JSON_SERIALIZE = SerializeType.JSON
+
+
 def code_name(code: int, response: bool = False) -> str:
     """Java constant name of a request or response code, or the number as text."""
     enum = ResponseCode if response else RequestCode
