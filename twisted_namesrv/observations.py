@@ -13,14 +13,15 @@ from .flapping import FlapWatch
 from .lost_topics import LostTopics
 from .metrics import Metrics
 from .outages import HealthWatch
+from .stalls import StallWatch
 
 
 @dataclass(frozen=True)
 class Observations:
     """The counters (``metrics``), the page's recent events, the brokers and the topics that left
     lately, the audit trail (its counts), the outages worked out from the routes and the
-    remembered topology (``health``: one computation for the page, /api, /metrics and /readyz), and
-    the brokers flapping (``flaps``)."""
+    remembered topology (``health``: one computation for the page, /api, /metrics and /readyz), the
+    brokers flapping (``flaps``), and the times the server itself did not run (``stalls``)."""
 
     metrics: Metrics
     events: RecentEvents
@@ -29,3 +30,4 @@ class Observations:
     audit: AuditTrail
     health: HealthWatch
     flaps: FlapWatch
+    stalls: StallWatch

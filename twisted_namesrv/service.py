@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import os
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -188,7 +187,9 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
       reads the tables as changed: events come once the change is complete);
     - an audited request (each listener's dispatcher's observer, a ``Trail`` NamesrvService wires,
       the NameServer's and the embedded controller's): the one audit trail, which logs it, counts
-      it and feeds it to the page's events."""
+      it and feeds it to the page's events;
+    - a stall of the server itself (stalls.py, its timer NamesrvService's): the log line, the counters
+      /metrics reads, and the page's "stalled" event."""
     missing = [key.name for key in SERVER_SCHEMA.keys if key.name not in config.schema.by_name]
     if missing:  # a partial schema would take the controller's keys as unknown ones: typed, checked and guarded nowhere
         raise ConfigError(f"the NameServer's config does not know {', '.join(missing)}: build it with "
@@ -221,8 +222,10 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     events, departed = RecentEvents(seconds), DepartedBrokers(seconds, steady)
     lost = LostTopics(seconds, steady=steady)
     flaps = FlapWatch(seconds, steady, flapping_told(events))
+    # a reactor that did not run for a while (SIGSTOP, a paused VM): its line, counters and page event
+    stalled = stalls.StallWatch(keep_timers.clock, stall_told(events))
     seen = Observations(metrics, events, departed, lost, AuditTrail(events, (NAMESRV, CONTROLLER)),
-                        HealthWatch(routes, topology, keep_timers, rejoin_window(config, uptime)), flaps)
+                        HealthWatch(routes, topology, keep_timers, rejoin_window(config, uptime)), flaps, stalled)
     # what makes kept answers stale
     routes.subscribe(answers.changed, answers.holds)
     kv.subscribe(answers.kv_changed)
@@ -250,6 +253,13 @@ def told_unless_flapping(flaps: FlapWatch, events: RecentEvents) -> Callable[[st
         events.route_event(kind, info)
         if kind in DEPARTURES:  # may make it flapping: the warning after the departure's line
             flaps.heard(kind, info)
+    return told
+
+
+def stall_told(events: RecentEvents) -> Callable[[float, str], None]:
+    """A stall (stalls.py) on the status page: one "stalled" event, its line as the reason."""
+    def told(gap: float, text: str) -> None:
+        events.feed_event("stalled", {"reason": text, "seconds": round(gap, 1)})
     return told
 
 
@@ -479,7 +489,7 @@ class NamesrvService(service.MultiService):
         self.housekeeping.setServiceParent(self)
         ClockedTimerService(FLAP_TICK_SECONDS, self.seen.flaps.tick, reactor).setServiceParent(self)
         # a reactor that did not turn for a while (SIGSTOP, a paused VM) says so once it turns again
-        ClockedTimerService(stalls.TICK_SECONDS, stalls.StallWatch(time.monotonic).tick, reactor).setServiceParent(self)
+        ClockedTimerService(stalls.TICK_SECONDS, self.seen.stalls.tick, reactor).setServiceParent(self)
         watchdog = sdnotify.watchdog_service(reactor)  # systemd's WatchdogSec: a hung reactor is restarted
         if watchdog is not None:
             watchdog.setServiceParent(self)

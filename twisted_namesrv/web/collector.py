@@ -236,6 +236,7 @@ class NamesrvCollector(Collector):
             departed.add_metric([kind], kinds[kind])
         yield departed
         yield from self._flapping()
+        yield from self._stalls()
         yield from self._peers()
         lost = self.seen.lost.recent(self.state.routes.routed_topics())
         yield GaugeMetricFamily("namesrv_lost_topics", "Application topics (system topics left out) whose last "
@@ -257,6 +258,17 @@ class NamesrvCollector(Collector):
         for (cluster, broker), count in sorted(groups.items()):
             now.add_metric([cluster, broker], count)
         yield now
+
+    def _stalls(self) -> Iterator[Metric]:
+        """The server itself not running for over 5 s (stalls.py: SIGSTOP, a paused VM, a swapped-out
+        process): served at 0 from the start, so that an increase() alert has a series."""
+        stalls = self.seen.stalls
+        yield CounterMetricFamily("namesrv_reactor_stalls", "Times since start the server did not run for over "
+                                  "5 s (SIGSTOP, a paused VM or suspended machine, heavy swapping, or one turn "
+                                  "that held it): nothing was answered meanwhile; each one is a warning line "
+                                  "and an event on the status page", value=stalls.stalls)
+        yield GaugeMetricFamily("namesrv_reactor_stall_longest_seconds", "The longest of those stalls since start, "
+                                "in seconds (0: none)", value=stalls.longest)
 
     def _peers(self) -> Iterator[Metric]:
         """The peers view's last comparison: one series per peer once it has run."""
