@@ -45,11 +45,20 @@ def connect(factory: server.RemotingFactory):
     return protocol, transport
 
 
-def lookup_request(rng: random.Random, opaque: int) -> RemotingCommand:
+#: the zones a lookup may be filtered by (5.3.3's; 4.9.8 reads no zone), each kept as its topic's
+#: route's variant: the registered ones, one in other letters, one padded, a blank, one of no broker
+ZONES = ["z1", "z1", "z2", "Z1", " z1", " ", "nowhere"]
+
+
+def lookup_request(rng: random.Random, opaque: int, zones: list[str] | None = None) -> RemotingCommand:
+    """``zones``: names to filter a quarter of the lookups by (some not in zone mode); else a tenth by z1 or z2."""
     ext = {"topic": rng.choice(TOPICS + ["Nope"])}
     if rng.random() < 0.2:
         ext["acceptStandardJsonOnly"] = rng.choice(["true", "false"])
-    if rng.random() < 0.1:
+    if zones is not None:
+        if rng.random() < 0.25:
+            ext.update({"__ZONE_MODE": rng.choice(["true", "true", "TRUE", "false"]), "__ZONE_NAME": rng.choice(zones)})
+    elif rng.random() < 0.1:
         ext.update({"__ZONE_MODE": "true", "__ZONE_NAME": rng.choice(["z1", "z2"])})
     return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, opaque=opaque,
                                    version=rng.choice([63, 409, 479]))
@@ -127,7 +136,7 @@ def test_answers_from_memory_equal_answers_from_the_tables(tmp_path, monkeypatch
                 protocol.factory.dispatcher.state.routes.scan_not_active_broker()
             continue
         if op < 0.6:
-            request = lookup_request(rng, opaque)
+            request = lookup_request(rng, opaque, ZONES)
         elif op < 0.72:
             request = register_request(rng, counter, opaque, compat == "5.3.3")
         else:
@@ -635,6 +644,48 @@ def test_every_clients_kept_frame_of_a_topic_shares_one_answer_end(tmp_path, mon
     assert len([reply for replies in answers.replies.values() for reply in replies if reply.answers is topic]) == 1
 
 
+def test_zones_a_peer_names_leave_the_plain_lookups_their_kept_frames(tmp_path) -> None:
+    """A lookup filtered by zone is kept as a variant of its topic's route, its frame too (a
+    client's repeats answered from memory); its answer ends have MAX_RESTS_PER_TOPIC of their own,
+    so a peer naming zones (any client's choice) takes no room of the plain lookups' frames.  Every
+    answer the same bytes as a server's that keeps nothing; a group's change drops them all."""
+    from twisted_namesrv.answer_cache import MAX_RESTS_PER_TOPIC
+
+    protocol, transport, _ = connection(tmp_path, "kept", "5.3.3", keep=True)
+    reference, reference_transport, _ = connection(tmp_path, "reference", "5.3.3", keep=False)
+    kept, other = (protocol, transport), (reference, reference_transport)
+
+    def register(zone: str, counter: int) -> None:
+        body = encode_register_body(RegisterBrokerBody(DataVersion(1, counter), {  # (5.3.3 refuses one topic first)
+            n: TopicConfig(n, 4, 4, 6) for n in ("T0", "T1")}), False, True)
+        ext = {"brokerName": "a", "brokerAddr": "127.0.0.1:1", "clusterName": "c", "haServerAddr": "h",
+               "brokerId": "0", "__ZONE_NAME": zone}
+        for peer in (protocol, reference):
+            peer.dataReceived(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, version=479).encode())
+
+    register("z1", 1)
+    answers = protocol.factory.dispatcher.state.answers
+    opaque = iter(range(10, 100))  # (of one width: a kept frame answers its client's repeats of the same length)
+    for zone in [f"z{n}" for n in range(2 * MAX_RESTS_PER_TOPIC)] + ["Z1"]:
+        for _ in range(2):
+            twin_lookup(kept, other, {"topic": "T0", "__ZONE_MODE": "true", "__ZONE_NAME": zone}, next(opaque), 479)
+    topic = answers.routes["T0"]
+    assert len(topic.bodies) == 2 * MAX_RESTS_PER_TOPIC + 1 and len(topic.rests) == MAX_RESTS_PER_TOPIC
+    for _ in range(2):
+        twin_lookup(kept, other, {"topic": "T0"}, next(opaque), 479)
+    assert len(topic.rests) == MAX_RESTS_PER_TOPIC + 1
+    assert (True, None) in {variant for variant, _ in topic.rests}  # the plain lookup's frame is kept
+    served = protocol.factory.metrics.answered_from_memory_count
+    twin_lookup(kept, other, {"topic": "T0", "__ZONE_MODE": "true", "__ZONE_NAME": "z1"}, next(opaque), 479)
+    assert protocol.factory.metrics.answered_from_memory_count == served + 1
+    register("z2", 2)  # the group moves to zone z2: every zone's route of T0 goes
+    assert "T0" not in answers.routes
+    for zone in ("z1", "z2"):
+        ext = {"topic": "T0", "__ZONE_MODE": "true", "__ZONE_NAME": zone}
+        answer = twin_lookup(kept, other, ext, next(opaque), 479)
+        assert (b'"brokerName":"a"' in answer) == (zone == "z2")
+
+
 def held_by_routes(answers) -> int:
     """The bytes of every route body held: the kept topics', and those the kept frames still reach
     (a frame of a dropped topic keeps only its rest, which counts against MAX_REPLIES_BYTES)."""
@@ -672,11 +723,18 @@ def test_the_kept_route_bodies_are_bounded_in_bytes(tmp_path, monkeypatch, compa
 
     assert len(both("T0", 409, 1)) > 3_000
     opaque = 2
+    def zoned(topic: str, zone: str, opaque: int) -> bytes:
+        ext = {"topic": topic, "__ZONE_MODE": "true", "__ZONE_NAME": zone}
+        return twin_lookup((protocol, transport), (reference, reference_transport), ext, opaque, 479)
+
     for _ in range(2):
         for version in (409, 317):  # standard JSON, and fastjson's own: two variants of each body
             for topic in topics:
                 for _ in range(2):  # the second from memory, when kept
                     both(topic, version, opaque)
+                    if compat == "5.3.3":  # each zone a peer names one more body, in the same bytes
+                        zoned(topic, f"z{opaque}", opaque)
+                        zoned(topic, "", opaque)  # (no broker in the zone, or none named: the whole route)
                     opaque += 1
                     assert held_by_routes(answers) <= bound
     assert answers.routes and answers.replies

@@ -3,12 +3,15 @@
 many broker groups: unregister one of them, register it again, look the topic up (its route is
 encoded anew after every change), at GROUPS groups named in NAME characters.
 
-usage: tools/route_cost.py [--groups 2000] [--name 512] [--rounds 3] [--src DIR]
+usage: tools/route_cost.py [--groups 2000] [--name 512] [--rounds 3] [--zone NAME] [--src DIR]
 
 Registers them into a dispatcher on a fake clock (in process, no port, 5.3.3's shapes), each group
 a cluster of its own serving the topic and one of its own, then times the cycle (``time.process_time``,
 each round) and counts one cycle's Python calls (cProfile).  ``--src`` runs another checkout's code
-(an older commit: the before)."""
+(an older commit: the before).  ``--zone NAME``: the groups register in zone Z, and a lookup
+filtered by zone NAME (any 5.x client's ``__ZONE_MODE``) is asked again and again on one
+connection, as a client repeats it, with no change between: each repeat timed and counted too,
+beside a plain lookup's repeats."""
 
 from __future__ import annotations
 
@@ -27,11 +30,13 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=2000)
     parser.add_argument("--name", type=int, default=512, help="characters of each cluster, group name and address")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--zone", help="also time a lookup filtered by this zone, repeated (the groups are in Z)")
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
     sys.path.insert(0, str(args.src))
     from tests.test_processor import Namesrv
     from twisted_namesrv.remoting import RequestCode
+    zone = {"__ZONE_NAME": "Z"} if args.zone else None
 
     ns = Namesrv(Path(tempfile.mkdtemp()), maxNameLength=max(args.name, 512))
 
@@ -40,13 +45,13 @@ def main() -> None:
 
     for group in range(args.groups):
         ns.register(cluster=pad(f"c{group}-"), name=pad(f"g{group}-"), addr=pad(f"{group}:"),
-                    topics=("T", f"U{group}"), channel=group)
+                    topics=("T", f"U{group}"), channel=group, extra=zone)
 
     def cycle(counter: int) -> int:
         ns.call(RequestCode.UNREGISTER_BROKER, {"brokerName": pad("g5-"), "brokerAddr": pad("5:"),
                                                 "clusterName": pad("c5-"), "brokerId": "0"})
         ns.register(cluster=pad("c5-"), name=pad("g5-"), addr=pad("5:"), topics=("T", "U5"), channel=5,
-                    version=(1, counter))
+                    version=(1, counter), extra=zone)
         return len(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}).body)
 
     size = cycle(2)
@@ -60,6 +65,45 @@ def main() -> None:
     cycle(100)
     profile.disable()
     print(f"{args.groups} groups on one topic, names of {args.name}: route {size} bytes; a cycle {laps} ms of CPU, "
+          f"{pstats.Stats(profile).total_calls} Python calls; load {os.getloadavg()[0]:.1f}")
+    if args.zone:
+        for ext in ({"topic": "T"}, {"topic": "T", "__ZONE_MODE": "true", "__ZONE_NAME": args.zone}):
+            repeats(ns, ext, args.rounds)
+
+
+def repeats(ns: object, ext: dict[str, str], rounds: int) -> None:
+    """A lookup asked again on one connection (through the server's read path, where a client's
+    repeats are answered), each repeat timed and one counted: what a client looping on it costs."""
+    from twisted.internet.testing import StringTransport
+
+    from tests import built
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+    from twisted_namesrv.remoting.codes import V5_3_3
+
+    protocol = built.factory(ns.dispatcher, ns.clock, 1 << 27, 0).buildProtocol(None)  # type: ignore[attr-defined]
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    opaques = iter(range(10**6, 10**7))
+
+    def frame() -> bytes:  # (the client's work, not timed)
+        return RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext, opaque=next(opaques),
+                                       version=V5_3_3).encode()
+
+    protocol.dataReceived(frame())
+    size = len(transport.value())
+    laps = []
+    for _ in range(rounds):
+        request = frame()
+        transport.clear()
+        start = time.process_time()
+        protocol.dataReceived(request)
+        laps.append(round((time.process_time() - start) * 1000, 3))
+    request = frame()
+    profile = cProfile.Profile()
+    profile.enable()
+    protocol.dataReceived(request)
+    profile.disable()
+    print(f"{ext.get('__ZONE_NAME', 'no zone')!r}: answer {size} bytes; a repeat {laps} ms of CPU, "
           f"{pstats.Stats(profile).total_calls} Python calls; load {os.getloadavg()[0]:.1f}")
 
 

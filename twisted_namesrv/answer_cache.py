@@ -5,7 +5,8 @@ Clients repeat the same route lookup every 30 s with a new opaque (load tools fa
 and admin tools ask for whole tables; encoding is the expensive part and the tables change far
 less often.  Four levels:
 
-- route bodies, per topic and variant (standard JSON or not, orderTopicConf);
+- route bodies, per topic and variant (standard JSON or not, orderTopicConf; or the zone a lookup
+  is filtered by, each zone a peer names one more body, counted as any in MAX_ROUTES_BYTES);
 - whole-table bodies (cluster info, the topic list), each tied to what it shows: brokers or topics;
 - whole answer frames to plain JSON route lookups, kept around the opaque and served without
   decoding (``replies_from_memory``; a client's repeats at the start of a read, before the read is
@@ -249,8 +250,8 @@ class AnswerCache:
         self.cluster_lists_bytes = 0
         #: GET_BROKER_CLUSTER_INFO's pieces (cluster_info.py): a group's change re-encodes its entry only
         self.cluster_info_pieces = ClusterInfoPieces()
-        #: the route bodies' pieces (route_pieces.py): a lookup after a group's change, or one
-        #: filtered by zone (never kept whole), encodes only the pieces not seen before
+        #: the route bodies' pieces (route_pieces.py): a lookup after a group's change encodes
+        #: only the pieces not seen before
         self.route_pieces = RoutePieces()
         #: GET_KVLIST_BY_NAMESPACE's bodies by namespace, with the namespace's table they were made
         #: of (KVConfigManager never changes one in place: a body is current while its table is)
@@ -491,7 +492,7 @@ class AnswerCache:
             return  # not as replies_from_memory reads it: always decoded
         head, tail = header[:split + _OPAQUE_AT], header[split + _OPAQUE_AT + len(digits):]
         made = len(tail) + len(body) + REST_OVERHEAD  # a new answer end's weight
-        if (variant, tail) not in answers.rests and len(answers.rests) >= MAX_RESTS_PER_TOPIC:
+        if (variant, tail) not in answers.rests and _rests_like(answers, variant) >= MAX_RESTS_PER_TOPIC:
             return  # (the topic's bodies stay kept: it is answered from them)
         header_length = len(head) + len(digits) + len(tail)
         prefix = _PREFIX.pack(4 + header_length + len(body), (JSON_SERIALIZE << 24) | header_length) + head
@@ -729,6 +730,19 @@ class AnswerCache:
             if not n or not _splice_records(data, record, n, at, length, prefix, rest, out):
                 return 0, 0
         return n * record, n
+
+
+def _zoned(variant: Hashable) -> bool:
+    """Whether a route variant is a lookup filtered by zone's (processor.route_variant: three long)."""
+    return isinstance(variant, tuple) and len(variant) == 3
+
+
+def _rests_like(answers: TopicAnswers, variant: Hashable) -> int:
+    """The topic's answer ends of variants of the kind of ``variant``, filtered by zone or not: each
+    kind has MAX_RESTS_PER_TOPIC of them, so that zones a peer names (any client's choice) cannot
+    take the plain lookups' room (at most 2 * MAX_RESTS_PER_TOPIC, a short walk)."""
+    zoned = _zoned(variant)
+    return sum(1 for kept, _ in answers.rests if _zoned(kept) == zoned)
 
 
 def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int, prefix: bytes, rest: bytes,

@@ -465,14 +465,18 @@ def get_broker_member_group(state: NamesrvState, request: RemotingCommand, peer:
 # -- routes (105, 106, 217) ------------------------------------------------------------------
 
 def route_variant(state: NamesrvState, request: RemotingCommand) -> tuple[str | None, tuple, str | None]:
-    """What a route answer depends on besides the route: (topic, (standard JSON?, orderTopicConf),
-    zone filter or None)."""
+    """What a route answer depends on besides the route: (topic, variant, zone filter or None).
+    The variant is (standard JSON?, orderTopicConf), or for a lookup filtered by zone (encoded
+    with the plain encoder whatever the client asked: ZoneRouteRPCHook) (False, orderTopicConf,
+    zone): a variant of the topic's kept route, dropped with the others by the same changes."""
     ext = request.ext
     topic = ext.get("topic")
     order_conf = state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic) if state.config["orderMessageEnable"] else None
-    standard = request.version >= V4_9_4 or java_bool(ext.get("acceptStandardJsonOnly"))
     zone = ext.get(ZONE_NAME) if state.profile.zone_filtered_routes and java_bool(ext.get(ZONE_MODE)) else None
-    return topic, (standard, order_conf), zone if zone and zone.strip() else None
+    if zone and zone.strip():
+        return topic, (False, order_conf, zone), zone
+    standard = request.version >= V4_9_4 or java_bool(ext.get("acceptStandardJsonOnly"))
+    return topic, (standard, order_conf), None
 
 
 def waiting_for_service(state: NamesrvState) -> bool:
@@ -482,19 +486,20 @@ def waiting_for_service(state: NamesrvState) -> bool:
 
 
 def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand | Answer:
-    """A found route not filtered by zone is an Answer the cache may keep under its topic and variant."""
+    """A found route, filtered by zone or not, is an Answer the cache may keep under its topic and
+    variant: a zone's lookup repeated with no change between filtered and joined the whole route
+    again, 164 ms at 20,000 groups, at any client's choice."""
     if waiting_for_service(state):
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "name server not ready")
     topic, variant, zone = route_variant(state, request)
-    standard, order_conf = variant
-    body = state.answers.route(topic, variant) if zone is None else None
+    body = state.answers.route(topic, variant)
     if body is None:
-        body = encode_route(state, topic, order_conf, standard, zone)
+        body = encode_route(state, topic, variant[1], variant[0], zone)
         if body is None:
             remark = f"No topic route info in name server for the topic: {java_text(topic)}{state.profile.faq_suffix}"
             return respond(state, request, ResponseCode.TOPIC_NOT_EXIST, remark)
     response = respond(state, request, body=body)
-    return response if zone is not None or topic is None else Answer(response, topic, variant)
+    return response if topic is None else Answer(response, topic, variant)
 
 
 def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None, standard: bool,

@@ -4,12 +4,11 @@ lookup after a change of one broker group encodes that group's entries, not the 
 Any peer that may register (any peer without ACL) can put up to ``maxBrokerGroups`` groups on one
 real topic, and every lookup after a change of one of them encoded the whole route again on the
 reactor's thread: about 275 Python calls a group, 5.5 M calls and 1.2 s of CPU at 20,000 groups
-named in 512 characters, for a cycle of one group (unregister, register, lookup).  A lookup
-filtered by zone (5.x's ``__ZONE_MODE``, any client's choice) is never kept as a whole, so each
-one encoded its whole route again with no change at all.  Here each BrokerData and QueueData is
-encoded once per JSON style and kept by what it holds (its content is its key: a piece can never
-be stale, so nothing need tell it of changes), and a body is the join of its pieces in the
-route's order: a Python step a group (its key and a look-up), C-level otherwise.  The bytes are
+named in 512 characters, for a cycle of one group (unregister, register, lookup).  Here each
+BrokerData and QueueData is encoded once per JSON style and kept by what it holds (its content is
+its key: a piece can never be stale, so nothing need tell it of changes), and a body is the join
+of its pieces in the route's order: a Python step a group (its key and a look-up), C-level
+otherwise.  The bytes are
 ``fastjson.dumps_bytes(topic_route_bean(...))``'s (tests/test_route_pieces.py, and the differential
 tests of tests/test_answer_cache.py against a server that keeps nothing).
 
