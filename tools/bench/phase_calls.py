@@ -39,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import curve  # noqa: E402  (tools/bench: the curve's tables, frames and server child)
+from procfs import TICKS, pid_stat, status_kib  # noqa: E402  (beside this file: /proc read one way)
 
 #: the server started with the collector's passes counted, written to OUT (a JSON file) on SIGUSR2
 COUNTED_GC = """
@@ -67,15 +68,13 @@ SYSCALLS = ("epoll_wait", "epoll_ctl", "recvfrom", "sendto", "write", "futex", "
 
 def counters(pid: int) -> dict[str, float]:
     """The process's user and system CPU seconds, minor faults and RSS (MiB), and its main thread's
-    voluntary (woken from a sleep) and involuntary (preempted) switches."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    with open(f"/proc/{pid}/status") as f:
-        status = dict(line.split(":", 1) for line in f)
-    tick = os.sysconf("SC_CLK_TCK")
-    return {"user": int(fields[11]) / tick, "system": int(fields[12]) / tick, "minor_faults": int(fields[7]),
-            "rss_mib": int(fields[21]) * os.sysconf("SC_PAGE_SIZE") / 2**20,
-            "woken": int(status["voluntary_ctxt_switches"]), "preempted": int(status["nonvoluntary_ctxt_switches"])}
+    voluntary (woken from a sleep) and involuntary (preempted) switches (all 0 once it is gone)."""
+    stat = pid_stat(pid)
+    status = status_kib(pid, ("VmRSS", "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")) or {}
+    return {"user": stat.utime / TICKS if stat else 0.0, "system": stat.stime / TICKS if stat else 0.0,
+            "minor_faults": stat.minflt if stat else 0, "rss_mib": status.get("VmRSS", 0) / 1024,
+            "woken": status.get("voluntary_ctxt_switches", 0),
+            "preempted": status.get("nonvoluntary_ctxt_switches", 0)}
 
 
 def collector(pid: int, out: Path) -> dict[str, Any]:

@@ -149,7 +149,8 @@ def _descendants_by_parent(pid: int, proc: Path) -> list[int]:
 
 
 def status_kib(pid: int, keys: tuple[str, ...], proc: Path = PROC) -> dict[str, int] | None:
-    """Those of ``/proc/PID/status``'s kB lines named (``VmRSS``, ``VmHWM``), 0 for one it lacks (a
+    """Those of ``/proc/PID/status``'s number lines named: its kB lines (``VmRSS``, ``VmHWM``) in kB,
+    counts as they are (``voluntary_ctxt_switches``: the main thread's), 0 for one it lacks (a
     zombie has no memory lines); None once the process is gone."""
     try:
         text = (proc / str(pid) / "status").read_text()
