@@ -62,23 +62,19 @@ class RoutePieces:
             self.clear()
             self.started_over += 1
         pieces = self._pieces
-        brokers = [pieces.get((standard, v5, b.cluster, b.brokerName, tuple(b.brokerAddrs.items()), b.zoneName,
-                               b.enableActingMaster)) or self._broker(b, v5, standard) for b in broker_datas]
-        queues = [pieces.get((standard, q)) or self._queue(q, standard) for q in queue_datas]
+        brokers = []
+        for b in broker_datas:  # a BrokerData's key: what its piece shows (its dict's items, a tuple)
+            key = (standard, v5, b.cluster, b.brokerName, tuple(b.brokerAddrs.items()), b.zoneName,
+                   b.enableActingMaster)
+            brokers.append(pieces.get(key) or self._keep(key, fastjson.dumps_bytes(b.bean(v5), standard)))
+        queues = [pieces.get((standard, q)) or self._keep((standard, q), fastjson.dumps_bytes(q.bean(), standard))
+                  for q in queue_datas]
         # the rest of the bean (filter servers, orderTopicConf, static topics' mappings) is
         # small and encoded as it is, between the two lists (the bean's keys are in order)
         rest = fastjson.dumps_bytes(topic_route_bean((), (), filter_server_table, order_topic_conf,
                                                      queue_mapping_by_broker, v5), standard)
         middle, _, end = rest[len(b'{"brokerDatas":[]'):].partition(b'"queueDatas":[]')
         return b'{"brokerDatas":[%s]%s"queueDatas":[%s]%s' % (b",".join(brokers), middle, b",".join(queues), end)
-
-    def _broker(self, broker: BrokerData, v5: bool, standard: bool) -> bytes:
-        piece = fastjson.dumps_bytes(broker.bean(v5), standard)
-        return self._keep((standard, v5, broker.cluster, broker.brokerName, tuple(broker.brokerAddrs.items()),
-                           broker.zoneName, broker.enableActingMaster), piece)
-
-    def _queue(self, queue: QueueData, standard: bool) -> bytes:
-        return self._keep((standard, queue), fastjson.dumps_bytes(queue.bean(), standard))
 
     def _keep(self, key: Hashable, piece: bytes) -> bytes:
         self._pieces[key] = piece
