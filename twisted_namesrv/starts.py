@@ -48,7 +48,7 @@ from twisted.logger import Logger
 
 from .state.config import NamesrvConfig
 from .state.files import FileTooBig, NotRegularFile, errno_name, read_regular
-from .state.store import StoreError, write_atomically
+from .state.store import StoreError, fsync_directory, write_atomically
 
 log = Logger()
 
@@ -116,23 +116,13 @@ def count_clean_stop(path: Path, counted: Counted, failures: Counter[tuple[str, 
     prepared = _stopped(path)
     try:
         os.replace(prepared, path)
-        _sync_directory(path.parent)
     except OSError:
         _write(path, counted, False, failures, "the clean stop is not marked: the next start may count it unclean")
-
-
-def _sync_directory(directory: Path) -> None:
-    """The rename made durable (a power loss after it keeps the mark); a directory that cannot be
-    synced (no descriptor left) keeps the rename the page cache holds, which a clean stop suffices for."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
         return
-    try:
-        with suppress(OSError):
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    # the rename made durable; a directory that cannot be synced (no descriptor left) keeps the
+    # rename the page cache holds, which a clean stop suffices for
+    with suppress(OSError):
+        fsync_directory(path.parent)
 
 
 def _write(path: Path, counted: Counted, running: bool, failures: Counter[tuple[str, str]], meaning: str) -> bool:

@@ -30,7 +30,7 @@ from twisted.internet import defer, interfaces, threads
 from twisted.logger import Logger
 
 from ..state.files import UNKNOWN_ERRNO, errno_name, open_regular
-from ..state.store import StoreError, write_atomically
+from ..state.store import StoreError, fsync_directory, write_atomically
 
 log = Logger()
 _RECORD = struct.Struct(">II")
@@ -118,7 +118,7 @@ class FileControllerLog:
             if fresh or not data:
                 os.write(fd, MAGIC)
                 os.fsync(fd)
-                _fsync_directory(self.directory)
+                fsync_directory(self.directory)
                 data = MAGIC
             events, good = self._parse(data)
             if good < len(data):
@@ -326,11 +326,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -91,6 +91,16 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, what: str = "fil
         os.close(dir_fd)
 
 
+def fsync_directory(directory: Path) -> None:
+    """A rename or a new file in ``directory`` made durable (OSError when the directory cannot be
+    opened or synced: the caller decides whether that fails its write)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _owner_and_mode(target: Path) -> os.stat_result | None:
     """The file about to be replaced (its owner and permissions go to the new one), or None."""
     try:
