@@ -13,11 +13,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: modules only an option's parts import: the peers view and its blocking admin client (metricsPort),
 #: the HTTP side (metricsPort), the controller's service (enableControllerInNamesrv)
+#: what Twisted imports at module level for a part no NameServer runs (``http.cookiejar``, for
+#: twisted.web's cookie agent), which loads at its first use instead (unused_imports.py): what its
+#: loading ran (``email``'s parts besides, unless the ``tls`` extra's cryptography imports them)
+DEFERRED = ("urllib.request", "http.client", "email.parser", "email.feedparser", "email.message")
+
 OPTIONAL = ("twisted_namesrv.peers", "twisted_namesrv.admin.client", "twisted_namesrv.admin.compare",
             "twisted_namesrv.web", "twisted.web", "prometheus_client", "twisted_namesrv.controller.service")
 
 STARTED = """
 import json, sys, tempfile
+import twisted_namesrv.__main__  # the process's entry, as the twisted-namesrv command imports it first
 from pathlib import Path
 from twisted.internet import reactor
 from twisted_namesrv.schema import SERVER_SCHEMA
@@ -39,3 +45,17 @@ def test_a_default_server_imports_no_optional_part(tmp_path: Path) -> None:
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
     assert "twisted_namesrv.service" in loaded and "twisted_namesrv.state.routes" in loaded
     assert sorted(name for name in loaded if any(name == n or name.startswith(n + ".") for n in OPTIONAL)) == []
+
+
+def test_what_twisted_imports_for_cookies_is_not_loaded_until_used() -> None:
+    code = STARTED.replace("print(json.dumps(sorted(sys.modules)))", """
+loaded = sorted(sys.modules)
+import http.cookiejar
+print(json.dumps([loaded, http.cookiejar.CookieJar().__class__.__module__, "urllib.request" in sys.modules]))
+""")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=True)
+    loaded, jar_module, loaded_at_use = json.loads(done.stdout.splitlines()[-1])
+    assert "twisted.python.compat" in loaded and "twisted_namesrv.service" in loaded
+    assert sorted(name for name in loaded if any(name == n or name.startswith(n + ".") for n in DEFERRED)) == []
+    assert (jar_module, loaded_at_use) == ("http.cookiejar", True)  # used, it is the module it always was

@@ -14,7 +14,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from twisted.python import usage
+from .unused_imports import defer_unused
+
+defer_unused()  # before Twisted is imported: what it imports and a server never runs loads at first use
+
+from twisted.python import usage  # noqa: E402  (after defer_unused)
 
 USAGE_ERROR = 2
 
