@@ -22,7 +22,7 @@ from twisted.internet import defer, interfaces, protocol, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from . import CannotStart, __version__, sdnotify, stalls
+from . import CannotStart, __version__, heap, sdnotify, stalls
 from .answer_cache import AnswerCache
 from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
@@ -490,6 +490,13 @@ class NamesrvService(service.MultiService):
         ClockedTimerService(FLAP_TICK_SECONDS, self.seen.flaps.tick, reactor).setServiceParent(self)
         # a reactor that did not turn for a while (SIGSTOP, a paused VM) says so once it turns again
         ClockedTimerService(stalls.TICK_SECONDS, self.seen.stalls.tick, reactor).setServiceParent(self)
+        # the C library's free pages back to the system after work (heap.py), where it is glibc
+        trim = heap.glibc_trim()
+        if trim is not None:
+            self.heap_trim: heap.HeapTrim | None = heap.HeapTrim(trim)
+            ClockedTimerService(heap.TICK_SECONDS, self.heap_trim.tick, reactor).setServiceParent(self)
+        else:
+            self.heap_trim = None
         watchdog = sdnotify.watchdog_service(reactor)  # systemd's WatchdogSec: a hung reactor is restarted
         if watchdog is not None:
             watchdog.setServiceParent(self)

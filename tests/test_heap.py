@@ -1,0 +1,73 @@
+"""What glibc's heap holds free goes back to the system after work (heap.py): a tick trims once the
+process used WORK_SECONDS of CPU since the last trim, never an idle server; where the C library
+has no ``malloc_trim`` (musl, the BSDs) nothing is called."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from twisted.internet import task
+
+from twisted_namesrv import heap
+from twisted_namesrv.schema import SERVER_SCHEMA
+from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state.config import NamesrvConfig
+
+
+def test_a_tick_trims_after_work_and_not_when_idle() -> None:
+    cpu, calls = [10.0], []
+    trimmer = heap.HeapTrim(lambda: calls.append(cpu[0]) or 1, cpu=lambda: cpu[0], work=0.05)
+    trimmer.tick()
+    cpu[0] += 0.01
+    trimmer.tick()
+    assert calls == []  # idle, or nearly
+    cpu[0] += 0.05
+    trimmer.tick()
+    trimmer.tick()  # no work since
+    assert (calls, trimmer.trims) == ([10.06], 1)
+    cpu[0] += 1.0
+    trimmer.tick()
+    assert trimmer.trims == 2
+
+
+def test_no_trim_where_the_c_library_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert heap.glibc_trim() is None
+    monkeypatch.setattr(sys, "platform", "linux")
+
+    def no_name(name: str) -> str:
+        raise ValueError(name)  # a C library that does not know the name (musl)
+
+    monkeypatch.setattr(os, "confstr", no_name)
+    assert heap.glibc_trim() is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's call")
+def test_glibc_trim_calls_malloc_trim() -> None:
+    try:
+        glibc = os.confstr("CS_GNU_LIBC_VERSION")
+    except ValueError:
+        glibc = None
+    if not glibc:
+        pytest.skip("not glibc")
+    trim = heap.glibc_trim()
+    assert trim is not None and trim() in (0, 1)
+    assert ctypes.CDLL(None).malloc_trim  # the one it called
+
+
+def test_the_server_trims_on_its_timer(tmp_path: Path) -> None:
+    data = tmp_path
+    config = NamesrvConfig({"listenPort": 0, "bindAddress": "127.0.0.1", "kvConfigPath": str(data / "kv.json"),
+                            "configStorePath": str(data / "namesrv.properties")}, schema=SERVER_SCHEMA)
+    clock = task.Clock()
+    service = NamesrvService.from_config(config, clock)
+    if heap.glibc_trim() is None:
+        assert service.heap_trim is None
+        return
+    assert service.heap_trim is not None
+    timers = [s for s in service if getattr(s, "call", (None,))[0] == service.heap_trim.tick]
+    assert [t.step for t in timers] == [heap.TICK_SECONDS]
