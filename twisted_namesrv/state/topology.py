@@ -159,7 +159,7 @@ class Topology:
                 del group.members[min(group.members.values(), key=lambda m: m.since).broker_id]
             changed = True
         if changed:
-            self._changed(group)
+            self._changed(group, key)
 
     def seed(self, members: Iterable[tuple[str, str, int, str]]) -> None:
         """(cluster, broker, id, address) of routes restored from a snapshot: known from now on."""
@@ -201,9 +201,11 @@ class Topology:
         self.encoded = {key: encode_group(group) for key, group in groups.items()}
         self.version += 1
 
-    def _changed(self, group: KnownGroup) -> None:
-        """``group`` changed: its entry in the file is encoded again, and the store writes."""
-        self.encoded[group.cluster, group.broker] = encode_group(group)  # (its key, without the property's call)
+    def _changed(self, group: KnownGroup, key: tuple[str, str] | None = None) -> None:
+        """``group`` changed: its entry in the file is encoded again, and the store writes. ``key``:
+        the one its entry in ``groups`` has (a new group's entry keeps it: one tuple for both
+        tables, not one more a group, 64 bytes)."""
+        self.encoded[(group.cluster, group.broker) if key is None else key] = encode_group(group)
         self.version += 1
 
     def load(self, groups: dict[tuple[str, str], KnownGroup]) -> None:
