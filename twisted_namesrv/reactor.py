@@ -54,6 +54,8 @@ from typing import Any
 from twisted.internet import abstract, error, main, tcp
 from twisted.python import log
 
+from .lean_transport import PLAIN_READS
+
 try:
     from select import EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLONESHOT, EPOLLOUT
 
@@ -315,7 +317,7 @@ if EPollReactor is not None:
             try:
                 if selectable.fileno() == -1:
                     why = _NO_FILEDESC
-                elif type(selectable) is tcp.Server:  # Twisted's own read, not a subclass's
+                elif type(selectable) in PLAIN_READS:  # Twisted's own read (lean_transport.py), not a subclass's
                     try:
                         data = selectable.socket.recv(selectable.bufferSize)
                     except OSError as exc:

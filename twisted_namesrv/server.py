@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.application import service
-from twisted.internet import defer, interfaces, protocol, task
+from twisted.internet import defer, interfaces, protocol, task, tcp
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -30,6 +30,7 @@ from .budget import FdBudget, MemoryBudget, count_open_fds, open_file_limit
 from .clocks import steady_seconds
 from .context import Peer
 from .dispatch import Dispatcher, Later
+from .lean_transport import LeanServer
 from .metrics import Metrics
 from .reactor import serve_after_clients
 from .refusals import LimitLog, Refusals, peer_host, peer_text
@@ -752,6 +753,8 @@ class Listener(service.Service):
                 watch_fd_reserve()  # before the port takes the reserve (its start does)
             self.port = self.reactor.listenTCP(self.port_number, factory, backlog=self.backlog,
                                                interface=self.interface)
+            if isinstance(self.port, tcp.Port):  # a real one (a test's fake reactor gives its own)
+                self.port.transport = LeanServer  # its connections without two strings each (lean_transport.py)
             if self.admission is not None:
                 self._watch_accepts(self.admission)
         except CannotListenError as exc:

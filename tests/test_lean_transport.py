@@ -1,0 +1,94 @@
+"""Accepted connections keep neither Twisted's log prefix nor its repr as strings (lean_transport.py):
+both are made when read, as Twisted made them; the server's reactor reads them as Twisted's own
+transport (its read path, reactor.py); they cost fewer bytes a connection (tracemalloc)."""
+
+from __future__ import annotations
+
+import socket
+import tracemalloc
+from typing import Any
+
+import pytest
+from twisted.internet import tcp
+
+from tests.test_reactor import Factory, turn
+from twisted_namesrv import reactor as namesrv_reactor
+from twisted_namesrv.lean_transport import LeanServer
+from twisted_namesrv.server import Listener
+
+CONNECTIONS = 200
+
+pytestmark = pytest.mark.skipif(namesrv_reactor.NamesrvReactor is None, reason="the server's reactor needs epoll")
+
+
+def fresh() -> Any:
+    return namesrv_reactor.NamesrvReactor()
+
+
+def closed(reactor: Any) -> None:
+    for selectable in list(reactor.getReaders()) + list(reactor.getWriters()):
+        reactor.removeReader(selectable)
+        reactor.removeWriter(selectable)
+    reactor._poller.close()
+
+
+def accepted(reactor: Any, factory: Factory, transport: type[tcp.Server] | None) -> tuple[Listener, float, list[Any]]:
+    """A Listener's port on the server's reactor (its accepts into ``transport``, when given, else
+    as Listener has them), CONNECTIONS connections accepted: the listener, the bytes traced a
+    connection while they were accepted, the clients."""
+    listener = Listener("listenPort", factory, reactor, 0, "127.0.0.1")
+    listener.bind()
+    if transport is not None:
+        listener.port.transport = transport  # type: ignore[union-attr]
+    port = listener.port.getHost().port  # type: ignore[union-attr]
+    clients: list[socket.socket] = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(CONNECTIONS):
+            clients.append(socket.create_connection(("127.0.0.1", port)))
+            turn(reactor)
+        for _ in range(20):
+            if len(factory.made) == CONNECTIONS:
+                break
+            turn(reactor)
+        per_connection = (tracemalloc.get_traced_memory()[0] - before) / CONNECTIONS
+    finally:
+        tracemalloc.stop()
+    assert len(factory.made) == CONNECTIONS
+    return listener, per_connection, clients
+
+
+def test_a_listeners_connections_are_lean_and_say_what_twisteds_say() -> None:
+    reactor, factory = fresh(), Factory()
+    listener, _, clients = accepted(reactor, factory, None)
+    try:
+        transports = [p.transport for p in factory.made]
+        assert {type(t) for t in transports} == {LeanServer}
+        first = transports[0]
+        assert "logstr" not in vars(first) and "repstr" not in vars(first)
+        port = listener.port.getHost().port  # type: ignore[union-attr]
+        assert first.logPrefix() == f"Recorder,{first.sessionno},127.0.0.1"
+        assert repr(first) == f"<Recorder #{first.sessionno} on {port}>"
+        clients[0].sendall(b"hello")
+        for _ in range(3):
+            turn(reactor)
+        assert factory.served == ["hello"]  # read as Twisted's own transport is
+    finally:
+        for client in clients:
+            client.close()
+        listener.unbind()
+        closed(reactor)
+
+
+def test_a_lean_connection_holds_fewer_bytes_than_twisteds() -> None:
+    kept = []
+    for transport in (tcp.Server, LeanServer):  # each on a reactor of its own, as alike as can be
+        own = fresh()
+        listener, per_connection, clients = accepted(own, Factory(), transport)
+        kept.append(per_connection)
+        for client in clients:
+            client.close()
+        listener.unbind()
+        closed(own)
+    assert kept[1] < kept[0] - 120  # its two strings, 150-170 bytes (longer session numbers, longer)

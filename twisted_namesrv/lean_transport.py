@@ -1,0 +1,51 @@
+"""The server side of an accepted TCP connection: Twisted's ``tcp.Server`` without the two strings
+it makes for every connection as it accepts it.
+
+``tcp.Server.__init__`` formats its log prefix (``logstr``: "RemotingProtocol,12345,127.0.0.1",
+which ``logPrefix`` gives Twisted's legacy log as the ``system`` of a line logged while it serves
+the socket) and its repr (``repstr``: "<RemotingProtocol #12345 on 9876>"), about 160 bytes a
+connection held for its life: 0.9 MB at the scale curve's 6,000 connections, none of it read
+unless a line is logged in the socket's context (an error, a write the kernel did not take at
+once, a disconnection) or something prints the transport. Here both are made when asked, from the
+same fields; ``Listener`` (server.py) has its port accept into this class, and the reactor
+(reactor.py) reads it as it reads Twisted's own ``tcp.Server``.
+
+After the connection is gone (``connectionLost`` deletes its ``protocol``) the prefix says ``-``
+where the protocol's name was, and the repr ``?``; the repr names the port it listens on now
+(None once it stopped listening), where Twisted's named the port it accepted on.
+"""
+
+from __future__ import annotations
+
+from twisted.internet import tcp
+
+
+class LeanServer(tcp.Server):
+    """``tcp.Server`` whose ``logstr`` and ``repstr`` are made when read; Twisted's ``__init__``
+    sets them, and the setters keep nothing."""
+
+    @property  # type: ignore[override]
+    def logstr(self) -> str:
+        protocol = getattr(self, "protocol", None)
+        prefix = "-" if protocol is None else self._getLogPrefix(protocol)
+        return f"{prefix},{self.sessionno},{self.hostname}"
+
+    @logstr.setter
+    def logstr(self, value: str) -> None:
+        pass
+
+    @property
+    def repstr(self) -> str:
+        protocol = getattr(self, "protocol", None)
+        name = "?" if protocol is None else protocol.__class__.__name__
+        port = getattr(self.server, "_realPortNumber", None)
+        return f"<{name} #{self.sessionno} on {port}>"
+
+    @repstr.setter
+    def repstr(self, value: str) -> None:
+        pass
+
+
+#: the transports whose read is Twisted's ``tcp.Connection.doRead`` as it is (reactor.py serves
+#: their reads itself)
+PLAIN_READS = (tcp.Server, LeanServer)
