@@ -173,6 +173,7 @@ class _Sets:
         self.in_brokers.discard(fd)
         self.in_newcomers.discard(fd)
         self.reported.discard(fd)
+        self._emptied()
 
     def _leave(self, fd: int) -> None:
         """Stop watching ``fd`` where it is: a newcomer reported since it was last watched is
@@ -180,8 +181,20 @@ class _Sets:
         if fd in self.reported:
             self.reported.discard(fd)
             self.in_newcomers.discard(fd)
+            self._emptied()
         else:
             self.unregister(fd)
+
+    def _emptied(self) -> None:
+        """A set left empty made anew: a set keeps the table it grew to, and 5,000 brokers
+        connecting at once grew the newcomers' two to 512 KiB each, held after their first reads
+        (the brokers' after a mass disconnect likewise)."""
+        if not self.in_newcomers:
+            self.in_newcomers = set()
+        if not self.reported:
+            self.reported = set()
+        if not self.in_brokers:
+            self.in_brokers = set()
 
     def to_brokers(self, fd: int, flags: int) -> None:
         """Watch ``fd`` (registered for ``flags``) in the brokers' set from now on."""
@@ -266,9 +279,8 @@ if EPollReactor is not None:
             """At most NEWCOMERS_PER_TURN accepted connections' first reads, in epoll's order; each
             leaves the newcomers' set in it, for the brokers' when the read marked it."""
             sets, selectables, serve = self._sets, self._selectables, self._serve
-            reported = sets.reported
             for fd, event in sets.newcomers.poll(0, NEWCOMERS_PER_TURN):
-                reported.add(fd)  # (watched for one report: see _Sets)
+                sets.reported.add(fd)  # (watched for one report: see _Sets; made anew when emptied)
                 selectable = selectables.get(fd)
                 if selectable is None:
                     continue
