@@ -254,10 +254,14 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     registration = request_of(header, names, broker_id, decoded, peer.channel, version,
                               state.profile.per_broker_heartbeat_timeout, digest)
     plan = yield from plan_steps(registration, routes)
+    topology = state.topology
+    topology.origin = peer.address  # a new group it names counts against its host (state/topology.py)
     try:
         result = routes.apply_registration(plan)
     except RegistrationRefused as refusal:
         return registration_refused(state, request, peer, refusal, names)
+    finally:
+        topology.origin = None
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     return renewable_answer(state, request, header, names, digest, result)
@@ -349,11 +353,15 @@ def _fused_steps(state: NamesrvState, frame: bytes, peer: Peer, header: Register
     registration = request_of(header, names, broker_id, decoded, channel, version,
                               state.profile.per_broker_heartbeat_timeout, digest)
     plan = yield from plan_steps(registration, routes)
+    topology = state.topology
+    topology.origin = peer.address  # as register_broker_steps
     try:
         result = routes.apply_registration(plan)
     except RegistrationRefused as refusal:
         request = RemotingCommand.decode(frame, state.answers.headers)
         return Fused(request, Answer(registration_refused(state, request, peer, refusal, names)))
+    finally:
+        topology.origin = None
     if result is None:
         request = RemotingCommand.decode(frame, state.answers.headers)
         return Fused(request, Answer(respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed",

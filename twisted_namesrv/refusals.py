@@ -18,7 +18,7 @@ from twisted.logger import Logger
 
 from .remoting.codes import code_name
 from .state.acl import ACL_EXCEPTION, AccessControl, request_class
-from .state.hosts import peer_group
+from .state.hosts import peer_group, peer_host
 
 log = Logger(namespace="twisted_namesrv.refusals")
 
@@ -93,16 +93,6 @@ def peer_text(addr: object) -> str:
     """A peer's ``host:port`` as every refusal and connection writes it (an IPv6 host bare: peer_host
     reads it back); ``?`` for what the address lacks."""
     return f"{getattr(addr, 'host', '?')}:{getattr(addr, 'port', '?')}"
-
-
-def peer_host(peer: str) -> str:
-    """The host of ``host:port`` / ``[v6]:port`` / ``v6:port`` (a host without a port as it is).
-    Every refusal's peer is written with its port, an IPv6 host often bare (Twisted's address
-    joined with ``:``): its last ``:`` is the port's.  Taken whole, ``2001:db8::1:55497`` was a host
-    of its own for every connection, a warning line each."""
-    if peer.startswith("["):
-        return peer[1:].partition("]")[0]
-    return peer.rpartition(":")[0] if ":" in peer else peer
 
 
 class Refusals:
