@@ -189,6 +189,21 @@ def test_register_broker_crc_mismatch_is_refused_and_changes_nothing(ns):
     assert ns.routes.brokerLiveTable == {} and ns.routes.topicQueueTable == {}
 
 
+def test_register_broker_crc_mismatches_in_a_loop_are_one_warning_and_every_one_counted(ns):
+    """Any peer may send registrations whose bodyCrc32 lies, in a loop: Java warns at each one, and
+    so did this server, 500 of them 500 warning lines (128 bytes each, a few thousand a second from
+    one connection).  A refusal now: one warning a host, every one counted."""
+    with capturedLogs() as events:
+        for _ in range(500):
+            answer = ns.register(crc=12345)
+            assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
+    lines = [formatEvent(e) for e in events if e["log_level"] >= LogLevel.warn]
+    assert len(lines) == 1 and lines[0].startswith(
+        "refused on remoting from 127.0.0.1:40000: receive registerBroker request, crc32 not match (bodyCrc32 12345")
+    assert ns.state.refusals.counts["remoting", "crc32"] == 500
+    assert ns.routes.brokerAddrTable == {} and ns.routes.brokerLiveTable == {}
+
+
 def test_register_broker_crc_zero_or_absent_skips_the_check(ns):
     assert ns.register(crc=0).code == ResponseCode.SUCCESS
     assert ns.routes.brokerAddrTable["broker-a"].brokerAddrs == {0: MASTER}

@@ -209,8 +209,11 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     ext, version, body = request.ext, request.header.version, request.body  # (properties: read once)
     header = RegisterBrokerHeader.from_ext(ext)
     crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
-    if crc != 0 and (yield from crc32_masked_steps(body)) != crc:
-        log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
+    if crc != 0 and (actual := (yield from crc32_masked_steps(body))) != crc:
+        # Java warns at every one; a refusal here (any peer may send them in a loop): one warning a
+        # host, every one counted
+        state.refusals("remoting", "crc32", peer.address, "receive registerBroker request, crc32 not match "
+                       "(bodyCrc32 {crc}, its body's {actual}), answered SYSTEM_ERROR", crc=crc, actual=actual)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     split = None  # a JSON body's dataVersion and the digest of the rest: hashed once, for both digests
     if body and not header.compressed and version >= V3_0_11:
