@@ -109,7 +109,9 @@ class Cluster:
 
     def connect(self):
         protocol = self.service.factory.buildProtocol(None)
-        transport = StringTransport()
+        # the curve's brokers, from this machine (StringTransport's default peer, 192.168.1.1, is one
+        # remote host, which brings at most topology.GROUPS_PER_HOST groups into the memory)
+        transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 54321))
         protocol.makeConnection(transport)
         return protocol, transport
 

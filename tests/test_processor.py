@@ -189,6 +189,42 @@ def test_register_broker_crc_mismatch_is_refused_and_changes_nothing(ns):
     assert ns.routes.brokerLiveTable == {} and ns.routes.topicQueueTable == {}
 
 
+def test_register_broker_crc_mismatches_in_a_loop_are_one_warning_and_every_one_counted(ns):
+    """Any peer may send registrations whose bodyCrc32 lies, in a loop: Java warns at each one, and
+    so did this server, 500 of them 500 warning lines (128 bytes each, a few thousand a second from
+    one connection).  A refusal now: one warning a host, every one counted."""
+    with capturedLogs() as events:
+        for _ in range(500):
+            answer = ns.register(crc=12345)
+            assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
+    lines = [formatEvent(e) for e in events if e["log_level"] >= LogLevel.warn]
+    assert len(lines) == 1 and lines[0].startswith(
+        "refused on remoting from 127.0.0.1:40000: receive registerBroker request, crc32 not match (bodyCrc32 12345")
+    assert ns.state.refusals.counts["remoting", "crc32"] == 500
+    assert ns.routes.brokerAddrTable == {} and ns.routes.brokerLiveTable == {}
+
+
+def test_a_master_shut_out_of_its_id_by_a_newer_state_version_is_told_not_only_ignored(tmp_path):
+    """5.3.3 keeps an id for the live broker whose stateVersion is newer and ignores the other's
+    registration (Java warns).  Any peer may register the real master's group and id first with a
+    bigger stateVersion: the route then names its address, and the real master's registrations
+    are answered an empty result and dropped from the live table, which this server did without a
+    word.  Now each is a route event "refused" (a log line, the page's events, a count); the
+    answers and the tables are Java's as before."""
+    ns = Namesrv(tmp_path, "5.3.3")
+    heard = []
+    ns.routes.listen(lambda kind, info: heard.append((kind, info)))
+    assert ns.register(addr=MASTER, version=(1, 1, 0), channel=1).code == ResponseCode.SUCCESS
+    assert ns.register(addr="10.6.6.6:10911", version=(1, 1, 9), channel=2).code == ResponseCode.SUCCESS
+    del heard[:]
+    answer = ns.register(addr=MASTER, version=(2, 2, 0), channel=1)  # the real master, 30 s later
+    assert answer.code == ResponseCode.SUCCESS  # as Java answers it
+    assert ns.routes.brokerAddrTable["broker-a"].brokerAddrs == {0: "10.6.6.6:10911"} and ns.live(MASTER) is None
+    assert heard == [("refused", {"cluster": "c1", "broker": "broker-a", "id": 0, "addr": MASTER,
+                                  "reason": "its id is held by 10.6.6.6:10911, whose stateVersion 9 is newer than "
+                                            "its 0: ignored, as Java ignores it"})]
+
+
 def test_register_broker_crc_zero_or_absent_skips_the_check(ns):
     assert ns.register(crc=0).code == ResponseCode.SUCCESS
     assert ns.routes.brokerAddrTable["broker-a"].brokerAddrs == {0: MASTER}

@@ -12,6 +12,8 @@ import time
 import tracemalloc
 
 import pytest
+from twisted.internet import address
+from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.logger import capturedLogs, formatEvent
 
 from tests.test_audit import ask
@@ -19,7 +21,7 @@ from tests.test_housekeeping import MASTER, OTHER, register
 from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
 from twisted_namesrv.remoting import RequestCode, ResponseCode
-from twisted_namesrv.state.topology import Topology, TopologyFileError, decode, encode
+from twisted_namesrv.state.topology import GROUPS_PER_HOST, Topology, TopologyFileError, decode, encode
 
 B1, B2 = "10.0.2.1:10911", "10.0.2.2:10911"
 
@@ -730,3 +732,74 @@ def test_a_new_groups_entry_and_its_file_entry_share_one_key():
         tracemalloc.stop()
     assert all(a is b for a, b in zip(topology.groups, topology.encoded, strict=True))
     assert kept < 725
+
+
+def connect_from(served: Served, host: str):
+    """A connection from ``host`` (Served.connect's are loopback's, which count against no host)."""
+    peer = address.IPv4Address("TCP", host, next(served.ports))
+    proto = served.service.factory.buildProtocol(peer)
+    transport = StringTransportWithDisconnection(peerAddress=peer)
+    transport.protocol = proto
+    proto.makeConnection(transport)
+    return proto, transport
+
+
+def test_one_host_s_registrations_bring_at_most_groups_per_host_into_the_memory(tmp_path):
+    """The attack: one unauthenticated connection registers 100 groups, each a cluster of its own,
+    and closes.  Before, all 100 were remembered for good (absent: critical alerts, series, the
+    file), and the memory's limit then kept the operator's real groups out; now its host brings
+    GROUPS_PER_HOST, the rest routed as ever but not remembered, counted and said in one line."""
+    served = Served(tmp_path)
+    served.service.topology.startService()
+    topology = served.service.state.topology
+    proto, transport = connect_from(served, "10.9.0.1")
+    for j in range(100):
+        served.clock.advance(0)  # a turn of its own: past 16 a turn, a registration is answered in the next
+        register(proto, transport, f"10.9.1.{j}:10911", f"fake-{j}", extra={"clusterName": f"fc-{j}"})
+    assert len(served.service.state.routes.brokerAddrTable) == 100  # routed, as Java routes them
+    assert len(topology.groups) == GROUPS_PER_HOST and topology.refused == 100 - GROUPS_PER_HOST
+    with capturedLogs() as events:
+        served.clock.advance(2)
+    assert [formatEvent(e) for e in events if "not remembered" in formatEvent(e)] == [
+        f"36 new broker groups not remembered: their hosts brought {GROUPS_PER_HOST} groups each since this start, "
+        "the most one host may: 10.9.0.1 (36) (routed all the same; retire those removed on purpose)"]
+    samples = served.scrape()
+    assert value(samples, "namesrv_topology_refusals_total") == 36
+    assert (tmp_path / "topology.json").read_text().count('"fake-') == GROUPS_PER_HOST  # the file: 64 entries
+    transport.loseConnection()  # gone: the groups remembered are absent, the others forgotten as by Java
+    served.clock.advance(0)
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_groups_absent") == value(samples, "namesrv_broker_groups_known") == 64
+
+    # another host's groups, and a loopback peer's, are remembered; so is a real group once a
+    # retirement gave the host its room back
+    other, other_transport = connect_from(served, "10.9.0.2")
+    register(other, other_transport, B1, "broker-b1", extra={"clusterName": "cB"})
+    local, local_transport = served.connect()
+    register(local, local_transport, B2, "broker-b2", extra={"clusterName": "cB"})
+    assert {("cB", "broker-b1"), ("cB", "broker-b2")} <= set(topology.groups)
+    assert retire(served, "fc-0")[0].code == ResponseCode.SUCCESS
+    again, again_transport = connect_from(served, "10.9.0.1")
+    register(again, again_transport, "10.9.2.1:10911", "broker-real", extra={"clusterName": "c-real"})
+    register(again, again_transport, "10.9.2.2:10911", "broker-real2", extra={"clusterName": "c-real"})
+    assert ("c-real", "broker-real") in topology.groups and ("c-real", "broker-real2") not in topology.groups
+    served.clock.advance(2)
+    assert (tmp_path / "topology.json").read_text().count('"fake-') == GROUPS_PER_HOST - 1
+
+
+def test_a_host_s_bound_counts_an_ipv6_host_by_its_64_and_no_loopback_or_restored_group():
+    topology = Topology(lambda: 1.0, groups_per_host=2)
+
+    def seen(peer: str | None, name: str) -> None:
+        topology.origin = peer
+        topology.heard("registered", {"cluster": "c", "broker": name, "id": 0, "addr": "h:1"})
+        topology.origin = None
+
+    for j, peer in enumerate(("2001:db8::1:40000", "[2001:db8::2]:40001", "2001:db8::3:40002")):
+        seen(peer, f"v6-{j}")  # one /64: the third not remembered
+    for j in range(3):
+        seen("127.0.0.1:5000", f"local-{j}")
+        seen("[::1]:5000", f"local6-{j}")
+        seen(None, f"restored-{j}")
+    assert topology.refused == 1 and dict(topology.refused_hosts) == {"2001:db8::/64": 1}
+    assert ("c", "v6-2") not in topology.groups and len(topology.groups) == 2 + 9

@@ -209,8 +209,11 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     ext, version, body = request.ext, request.header.version, request.body  # (properties: read once)
     header = RegisterBrokerHeader.from_ext(ext)
     crc = header.bodyCrc32  # an unmasked CRC fails parseInt: no check
-    if crc != 0 and (yield from crc32_masked_steps(body)) != crc:
-        log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=peer.address)
+    if crc != 0 and (actual := (yield from crc32_masked_steps(body))) != crc:
+        # Java warns at every one; a refusal here (any peer may send them in a loop): one warning a
+        # host, every one counted
+        state.refusals("remoting", "crc32", peer.address, "receive registerBroker request, crc32 not match "
+                       "(bodyCrc32 {crc}, its body's {actual}), answered SYSTEM_ERROR", crc=crc, actual=actual)
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "crc32 not match", ext={})
     split = None  # a JSON body's dataVersion and the digest of the rest: hashed once, for both digests
     if body and not header.compressed and version >= V3_0_11:
@@ -254,10 +257,14 @@ def register_broker_steps(state: NamesrvState, request: RemotingCommand,
     registration = request_of(header, names, broker_id, decoded, peer.channel, version,
                               state.profile.per_broker_heartbeat_timeout, digest)
     plan = yield from plan_steps(registration, routes)
+    topology = state.topology
+    topology.origin = peer.address  # a new group it names counts against its host (state/topology.py)
     try:
         result = routes.apply_registration(plan)
     except RegistrationRefused as refusal:
         return registration_refused(state, request, peer, refusal, names)
+    finally:
+        topology.origin = None
     if result is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed", ext={})
     return renewable_answer(state, request, header, names, digest, result)
@@ -349,11 +356,15 @@ def _fused_steps(state: NamesrvState, frame: bytes, peer: Peer, header: Register
     registration = request_of(header, names, broker_id, decoded, channel, version,
                               state.profile.per_broker_heartbeat_timeout, digest)
     plan = yield from plan_steps(registration, routes)
+    topology = state.topology
+    topology.origin = peer.address  # as register_broker_steps
     try:
         result = routes.apply_registration(plan)
     except RegistrationRefused as refusal:
         request = RemotingCommand.decode(frame, state.answers.headers)
         return Fused(request, Answer(registration_refused(state, request, peer, refusal, names)))
+    finally:
+        topology.origin = None
     if result is None:
         request = RemotingCommand.decode(frame, state.answers.headers)
         return Fused(request, Answer(respond(state, request, ResponseCode.SYSTEM_ERROR, "register broker failed",

@@ -18,7 +18,7 @@ from twisted.logger import Logger
 
 from .remoting.codes import code_name
 from .state.acl import ACL_EXCEPTION, AccessControl, request_class
-from .state.hosts import peer_group
+from .state.hosts import peer_group, peer_host
 
 log = Logger(namespace="twisted_namesrv.refusals")
 
@@ -29,7 +29,7 @@ REASONS: dict[str, tuple[str, ...]] = {
                  "tls_handshake", "tls_renegotiation", "not_tls", "config_key", "config_value", "config_size",
                  "fd_reserve", "fd_table_full", "max_topics_per_broker", "max_broker_groups", "max_brokers",
                  "max_brokers_per_group", "max_topic_queue_entries", "max_name_length", "filter_servers",
-                 "max_kv_bytes", "max_connections_per_host"),
+                 "max_kv_bytes", "max_connections_per_host", "crc32"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
                    "memory_budget", "tls_handshake", "tls_renegotiation", "not_tls", "config_key", "config_value",
                    "config_size", "fd_reserve", "fd_table_full", "max_broker_groups", "max_brokers_per_group",
@@ -93,16 +93,6 @@ def peer_text(addr: object) -> str:
     """A peer's ``host:port`` as every refusal and connection writes it (an IPv6 host bare: peer_host
     reads it back); ``?`` for what the address lacks."""
     return f"{getattr(addr, 'host', '?')}:{getattr(addr, 'port', '?')}"
-
-
-def peer_host(peer: str) -> str:
-    """The host of ``host:port`` / ``[v6]:port`` / ``v6:port`` (a host without a port as it is).
-    Every refusal's peer is written with its port, an IPv6 host often bare (Twisted's address
-    joined with ``:``): its last ``:`` is the port's.  Taken whole, ``2001:db8::1:55497`` was a host
-    of its own for every connection, a warning line each."""
-    if peer.startswith("["):
-        return peer[1:].partition("]")[0]
-    return peer.rpartition(":")[0] if ":" in peer else peer
 
 
 class Refusals:

@@ -34,6 +34,8 @@ STORE = "topologyPath"
 SAVE_SECONDS = 2.0
 #: the largest file read back: GROUPS_LIMIT groups of MEMBERS_LIMIT members is about 20 MB
 FILE_LIMIT = 32 << 20
+#: hosts named in the line of groups not remembered past GROUPS_PER_HOST (the rest counted)
+HOSTS_SHOWN = 8
 
 
 def topology_path(config: NamesrvConfig) -> Path:
@@ -95,12 +97,20 @@ class TopologyStoreService(StepTimerService):
     def save_if_changed(self, now: bool = False) -> None:
         """Write the memory when it changed since the last write: in a thread (file_writer.py), or
         ``now`` in this one (the stop)."""
-        refused = self.topology.refused
-        if refused != self._refused_told:  # one line per check, however many were refused meanwhile
+        refused, hosts = self.topology.refused, self.topology.refused_hosts
+        by_hosts = sum(hosts.values())
+        if refused - by_hosts != self._refused_told:  # one line per check, however many were refused meanwhile
             log.error("{count} new broker groups not remembered: the topology holds its limit of {limit} groups "
-                      "(retire those removed on purpose)", count=refused - self._refused_told,
+                      "(retire those removed on purpose)", count=refused - by_hosts - self._refused_told,
                       limit=self.topology.groups_limit)
-            self._refused_told = refused
+        if hosts:
+            shown = ", ".join(f"{host} ({count})" for host, count in hosts.most_common(HOSTS_SHOWN))
+            more = f" and {len(hosts) - HOSTS_SHOWN} more hosts" if len(hosts) > HOSTS_SHOWN else ""
+            log.error("{count} new broker groups not remembered: their hosts brought {per_host} groups each since "
+                      "this start, the most one host may: {hosts}{more} (routed all the same; retire those removed "
+                      "on purpose)", count=by_hosts, per_host=self.topology.groups_per_host, hosts=shown, more=more)
+            hosts.clear()
+        self._refused_told = self.topology.refused
         version = self.topology.version
         if version == self._saved or (self.writer.in_flight and not now):
             return

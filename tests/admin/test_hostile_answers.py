@@ -168,3 +168,49 @@ def test_the_peers_view_counts_a_lying_peer_as_its_error_and_compares_the_others
     liar, other = report.results
     assert (liar.up, other.up, other.differences) == (False, True, 0)
     assert liar.error.startswith("10.0.0.8:9876: ") and "not shaped as a NameServer's" in liar.error
+
+
+class _Counting(_Answering):
+    """An _Answering peer that counts the requests it was asked."""
+
+    def __init__(self, answers: dict[int, bytes]) -> None:
+        super().__init__(answers)
+        self.asked = 0
+
+    def call(self, code: int, ext: dict | None = None, body: bytes | None = None):
+        self.asked += 1
+        return super().call(code, ext, body)
+
+
+def test_the_peers_view_reads_no_more_of_a_peer_than_its_bound_of_fields(tmp_path, monkeypatch):
+    """A peer of namesrvAddr answering a topic list of 2,000 topics, each routed by 2,000 groups
+    (355 KB a route): the view read and kept every field of every route, 16,000 a route at about
+    150 bytes each (in the server, 700 MB after 40 s, on towards 6 GB).  Now a reading stops past
+    VIEW_PATHS_MAX fields, the peer's error, and the other peers are compared.  Here the same at a
+    smaller size (200 topics of 500 groups, a bound of 10,000), so that the code before, which
+    reads them all, fails in 120 MB rather than gigabytes."""
+    groups = 500
+    route = json.dumps({"brokerDatas": [{"brokerAddrs": {"0": f"10.0.{i // 250}.{i % 250}:10911"},
+                                         "brokerName": f"b{i}", "cluster": "c"} for i in range(groups)],
+                        "queueDatas": [{"brokerName": f"b{i}", "perm": 6, "readQueueNums": 8, "writeQueueNums": 8,
+                                        "topicSysFlag": 0} for i in range(groups)]}).encode()
+    hostile = _Counting({RequestCode.GET_BROKER_CLUSTER_INFO: b'{"clusterAddrTable": {}, "brokerAddrTable": {}}',
+                         RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+                             json.dumps({"topicList": [f"T{j}" for j in range(200)]}).encode(),
+                         RequestCode.GET_ROUTEINFO_BY_TOPIC: route})
+    honest = _Answering({RequestCode.GET_BROKER_CLUSTER_INFO: b'{"clusterAddrTable": {}, "brokerAddrTable": {}}',
+                         RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: b'{"topicList": []}'})
+    peers = {"10.0.0.8:9876": hostile, "10.0.0.9:9876": honest}
+    # raising=False: the code before had no bound to set
+    monkeypatch.setattr(peers_module, "VIEW_PATHS_MAX", 10_000, raising=False)
+    cooperator = task.Cooperator(scheduler=lambda step: step(), started=True)
+    state = Namesrv(tmp_path).state
+    original = peers_module.read_in_process
+    monkeypatch.setattr(peers_module, "read_in_process", lambda state, asks: original(state, asks, cooperator))
+    report = peers_module.compare_with_peers("10.0.0.1:9876", state, list(peers), peers.__getitem__).result
+    liar, other = report.results
+    assert (liar.up, other.up, other.differences) == (False, True, 0)
+    assert liar.error.startswith("10.0.0.8:9876: its routes hold more than 10000 fields")
+    # the cluster info, the topic list and 3 routes of 4,002 fields each: the reading stopped at the
+    # first route past the bound (12,006 fields), where it read all 200 (800,400 fields)
+    assert hostile.asked == 2 + 3

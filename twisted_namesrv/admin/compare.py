@@ -30,7 +30,7 @@ from typing import Any
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.codes import V5_0_0, version_name
-from .client import NamesrvClient, ResponseError, answer_read, json_body
+from .client import AdminError, NamesrvClient, ResponseError, answer_read, json_body
 from .terminal import printable
 
 PRESENT = "present"
@@ -109,26 +109,50 @@ def _ok(addr: str, ask: Ask) -> Generator[Ask, RemotingCommand, RemotingCommand]
     return answer
 
 
-def snapshot_asks(addr: str, data_versions: bool = False) -> Asking:
-    """One NameServer's routes, flattened: the requests a client makes, answered by the driver."""
+class TooBig(AdminError):
+    """A server's routes hold more fields than the reading may keep (``max_paths``)."""
+
+
+def snapshot_asks(addr: str, data_versions: bool = False, max_paths: int | None = None) -> Asking:
+    """One NameServer's routes, flattened: the requests a client makes, answered by the driver.
+    ``max_paths``: past that many fields kept (about 150 bytes each) the reading stops, TooBig: a
+    server's answers choose how many there are (a topic list of 16 MiB, each route up to 16 MiB),
+    and the peers view reads its peers in the server's own process."""
     answer = yield from _ok(addr, Ask(RequestCode.GET_BROKER_CLUSTER_INFO))
     info = json_body(addr, answer)
     topics = json_body(addr, (yield from _ok(addr, Ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))))
     paths: dict[Path, Any] = {}
+    room = _Room(addr, max_paths)
     with answer_read(addr, "the cluster info, the topic list or a route"):  # a hostile peer's: one error
         for cluster, names in (info.get("clusterAddrTable") or {}).items():
             paths[("cluster", cluster)] = PRESENT
             paths.update({("cluster", cluster, "broker", name): PRESENT for name in names or []})
+        room.check(paths)
         for name, broker in (info.get("brokerAddrTable") or {}).items():
             paths[("broker", name)] = PRESENT
             paths.update(_broker_paths(("broker", name), broker))
             if data_versions:
                 paths.update((yield from _data_versions(addr, name, broker)))
+        room.check(paths)
         for topic in topics.get("topicList") or []:
             paths[("topic", topic)] = PRESENT
             paths.update((yield from _route_paths(addr, topic)))
+            room.check(paths)
         _comparable(paths)
     return Snapshot(paths, answer.version)
+
+
+class _Room:
+    """What a reading may keep: ``check`` raises TooBig once the paths pass ``max_paths``."""
+
+    def __init__(self, addr: str, max_paths: int | None) -> None:
+        self.addr, self.max_paths = addr, max_paths
+
+    def check(self, paths: dict[Path, Any]) -> None:
+        if self.max_paths is not None and len(paths) > self.max_paths:
+            raise TooBig(f"{self.addr}: its routes hold more than {self.max_paths} fields to compare; read no "
+                         "further (a cluster that big is compared by namesrv-admin compare, a peer answering "
+                         "that much is no NameServer of this cluster)")
 
 
 def _comparable(paths: dict[Path, Any]) -> None:

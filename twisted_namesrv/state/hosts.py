@@ -75,6 +75,26 @@ def peer_group(host: str) -> str:
     return str(address)
 
 
+def peer_host(peer: str) -> str:
+    """The host of ``host:port`` / ``[v6]:port`` / ``v6:port`` (a host without a port as it is).
+    Every refusal's peer is written with its port, an IPv6 host often bare (Twisted's address
+    joined with ``:``): its last ``:`` is the port's.  Taken whole, ``2001:db8::1:55497`` was a host
+    of its own for every connection, a warning line each."""
+    if peer.startswith("["):
+        return peer[1:].partition("]")[0]
+    return peer.rpartition(":")[0] if ":" in peer else peer
+
+
+def remote_group(peer: str) -> str | None:
+    """The ``peer_group`` of a peer written ``host:port`` (as every refusal and connection writes
+    it), None for a loopback peer (this machine's own: the operator's tools, a co-located broker,
+    a benchmark, no stranger to bound) and for one of no address (``?``: none known)."""
+    address = _address(peer_host(peer))
+    if address is None or address.is_loopback:
+        return None
+    return peer_group(str(address))
+
+
 def _address(text: str) -> Address | None:
     """An IP address as written in a Host (``[v6]`` without brackets here), IPv4-mapped IPv6 as IPv4;
     None for a name.  Python's parser refuses ``127.1``, ``0x7f.0.0.1`` and leading zeros: those are

@@ -774,8 +774,16 @@ class RouteInfoManager:
         for broker_id in swapped:
             del addrs[broker_id]
             self._broker_changed(req.brokerName)
-        if p.acting_master_rules and self._older_state_wins(req, addrs.get(req.brokerId)):
+        holder = self._newer_holder(req, addrs.get(req.brokerId)) if p.acting_master_rules else None
+        if holder is not None:
             self.brokerLiveTable.pop(key, None)
+            # Java warns ("Registering Broker conflicts with the existed one, just ignore."): a broker
+            # shut out of its own id (by a peer that registered it first with a bigger stateVersion)
+            # must be seen, not only answered an empty result
+            self._emit("refused", cluster=req.clusterName, broker=req.brokerName, id=req.brokerId,
+                       addr=req.brokerAddr, reason=f"its id is held by {addrs[req.brokerId]}, whose stateVersion "
+                       f"{holder.dataVersion.stateVersion} is newer than its {req.body.dataVersion.stateVersion}: "
+                       "ignored, as Java ignores it")
             return RegisterBrokerResult()
         previous = self.brokerLiveTable.get(key)
         unchanged = req.body.tableUnchanged and previous is not None
@@ -1009,12 +1017,13 @@ class RouteInfoManager:
                 raise RegistrationRefused("max_name_length", f"its {what} of {len(name)} characters is over "
                                           f"maxNameLength ({longest})")
 
-    def _older_state_wins(self, req: RegisterRequest, old_addr: str | None) -> bool:
-        """5.3.3: another address already holds this id with a newer stateVersion."""
+    def _newer_holder(self, req: RegisterRequest, old_addr: str | None) -> BrokerLiveInfo | None:
+        """5.3.3: the live broker at another address holding this id with a newer stateVersion,
+        which keeps it (the registration is ignored)."""
         if old_addr is None or old_addr == req.brokerAddr:
-            return False
+            return None
         old = self.brokerLiveTable.get(self.live_key(req.clusterName, old_addr))
-        return old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion
+        return old if old is not None and old.dataVersion.stateVersion > req.body.dataVersion.stateVersion else None
 
     def _apply_topics(self, plan: RegistrationPlan, staging: Staging,
                       previous: BrokerLiveInfo | None) -> Memos | None:

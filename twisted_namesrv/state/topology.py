@@ -15,11 +15,23 @@ clock injected, no I/O; ``encode``/``decode`` are the file's format, which topol
 beside the KV store.  Bounded: at most GROUPS_LIMIT groups and MEMBERS_LIMIT members a group (a
 group over it forgets its member seen longest ago; a new group past the limit is not remembered,
 counted in ``refused``), so neither a hostile registration flood nor years of pod addresses grow it.
+
+A group remembered is expected for good (an alert while it is absent, a series, a line of the
+file), and any peer that may register (any peer without ACL) names groups: one connection
+registering 10,000 groups and closing took the memory to its limit in 2 s, 10,000 critical
+"absent" groups that stayed across restarts until retired one cluster at a time, and the
+operator's real new groups were then not remembered.  So the groups one peer host brought in are
+bounded too (GROUPS_PER_HOST: a host runs a few brokers, a node behind SNAT some tens): the
+registration being applied names its peer (``origin``, set around RouteInfoManager's
+apply_registration by the processor; loopback peers and routes restored from a snapshot or a file
+count against none), and a new group past its host's bound is routed
+as ever but not remembered, counted in ``refused`` and ``refused_hosts``.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +39,7 @@ import msgspec
 
 from ..bodies.route import MASTER_ID
 from .alike import Alike
+from .hosts import remote_group
 from .store import DocumentError, document_items
 
 #: route events that name a present member, and those after which it is gone (lost_topics.DEPARTURES)
@@ -34,6 +47,13 @@ PRESENT_EVENTS = frozenset({"registered", "confirmed", "changed"})
 DEPARTURE_EVENTS = frozenset({"expired", "closed", "idle", "unregistered"})
 #: real clusters run tens to a few thousand broker groups; a registration flood stops here
 GROUPS_LIMIT = 10_000
+#: new groups one peer host (``hosts.peer_group``: an IPv6 host's /64) may bring into the memory
+#: since this start, those it brought and an operator retired given back
+GROUPS_PER_HOST = 64
+#: peers' hosts worked out and kept (Topology._hosts), started over when full
+HOSTS_KEPT = 4096
+#: a host not worked out yet
+_UNSEEN = object()
 #: members remembered per group (ids; a slave that came back under a new id leaves its old one)
 MEMBERS_LIMIT = 32
 #: distinct member-id sets the groups share (Topology._alike_ids, alike.py); real groups have a handful
@@ -89,10 +109,24 @@ class Topology:
     """Every (cluster, broker group) seen and not retired, with its members."""
 
     def __init__(self, clock: Callable[[], float], groups_limit: int = GROUPS_LIMIT,
-                 members_limit: int = MEMBERS_LIMIT) -> None:
+                 members_limit: int = MEMBERS_LIMIT, groups_per_host: int = GROUPS_PER_HOST) -> None:
         self.clock = clock
         self.groups_limit = groups_limit
         self.members_limit = members_limit
+        self.groups_per_host = groups_per_host
+        #: the peer (``host:port``) whose registration is being applied, set by the processor around
+        #: apply_registration (an attribute, not a context manager: it is on every registration's
+        #: path, and only a new group reads it); None: a new group counts against no host
+        self.origin: str | None = None
+        #: groups in the memory each host brought since this start, and which brought each
+        self.brought: Counter[str] = Counter()
+        self._brought_by: dict[tuple[str, str], str] = {}
+        #: peers' addresses (without their ports) -> their hosts (``hosts.remote_group``: an IPv6
+        #: address parsed is tens of Python calls, on a new group's first registration)
+        self._hosts: dict[str, Any] = {}
+        #: new groups not remembered because their host had brought GROUPS_PER_HOST, by host (the
+        #: store's log line tells and clears it; ``refused`` counts them too)
+        self.refused_hosts: Counter[str] = Counter()
         self.groups: dict[tuple[str, str], KnownGroup] = {}
         #: bumped by every change: the store writes when it moved
         self.version = 0
@@ -137,6 +171,21 @@ class Topology:
             if len(self.groups) >= self.groups_limit:
                 self.refused += 1
                 return
+            host = None
+            if self.origin is not None:  # its host, kept by the address without its port (C-level: no call)
+                address = self.origin.rpartition(":")[0]
+                host = self._hosts.get(address, _UNSEEN)
+                if host is _UNSEEN:
+                    if len(self._hosts) >= HOSTS_KEPT:
+                        self._hosts.clear()
+                    host = self._hosts[address] = remote_group(self.origin)
+            if host is not None:
+                if self.brought[host] >= self.groups_per_host:
+                    self.refused += 1
+                    self.refused_hosts[host] += 1
+                    return
+                self.brought[host] += 1
+                self._brought_by[key] = host
             group = self.groups[key] = KnownGroup(cluster, broker, now)
         changed = broker_id not in group.up
         if changed:
@@ -189,6 +238,9 @@ class Topology:
             group = self.groups.get(key)
             if group is None:
                 del self.encoded[key]
+                host = self._brought_by.pop(key, None)
+                if host is not None:  # a retired group gives its host's room back
+                    self.brought[host] -= 1
             else:
                 self.encoded[key] = encode_group(group)
         if forgotten:
