@@ -490,7 +490,8 @@ class NamesrvService(service.MultiService):
         ClockedTimerService(FLAP_TICK_SECONDS, self.seen.flaps.tick, reactor).setServiceParent(self)
         # a reactor that did not turn for a while (SIGSTOP, a paused VM) says so once it turns again
         ClockedTimerService(stalls.TICK_SECONDS, self.seen.stalls.tick, reactor).setServiceParent(self)
-        watchdog = sdnotify.watchdog_service(reactor)  # systemd's WatchdogSec: a hung reactor is restarted
+        # systemd's WatchdogSec: a hung reactor is restarted
+        watchdog = sdnotify.watchdog_service(reactor, failed=self.metrics.watchdog_failed)
         if watchdog is not None:
             watchdog.setServiceParent(self)
         self.snapshots = loaded.snapshots
