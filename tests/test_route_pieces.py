@@ -21,7 +21,7 @@ from tests import built
 from tests.support import python_calls_run
 from tests.test_processor import Namesrv
 from twisted_namesrv import route_pieces
-from twisted_namesrv.bodies.route import BrokerData, QueueData, topic_route_bean
+from twisted_namesrv.bodies.route import BrokerData, QueueData, topic_list_body, topic_route_bean
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, fastjson
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.route_pieces import RoutePieces
@@ -201,6 +201,52 @@ def test_the_system_topic_list_is_kept_until_a_group_changes(tmp_path, monkeypat
                                             "clusterName": "c7", "brokerId": "0"})
     after = fastjson.loads(ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body)["topicList"]
     assert f"g7-{'x' * 100}" not in after and "c7" not in after and len(after) == 2 * GROUPS - 2
+
+
+def test_the_system_topic_list_is_built_again_only_when_what_it_shows_changed(tmp_path, monkeypatch) -> None:
+    """It shows every cluster and group name and one group's first address (Java's getSystemTopicList,
+    4.9.8 and 5.3.3): a member joining or leaving another group, or a group's zone changing, leaves it
+    as it was.  Before: kept as a broker table, dropped at every group's change, and the next ask
+    hashed every name again (900 name hashes at 300 groups), a peer's registration and an ask in a loop."""
+    ns = many_groups(tmp_path)
+    answers, routes = ns.state.answers, ns.routes
+
+    hashed = []
+
+    def asked() -> bytes:
+        before = counted.hashes if counted is not None else 0
+        body = ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body
+        hashed.append((counted.hashes - before) if counted is not None else None)
+        topics, addr = routes.system_topic_list()
+        assert body == topic_list_body(topics, addr, True)  # what a server keeping nothing answers
+        return body
+
+    counted = None
+
+    first = asked()
+    shown = routes.system_topic_list_shown()[2].first
+    other = next(group for group in range(GROUPS) if f"g{group}-{'x' * 100}" != shown)
+    name, cluster = f"g{other}-{'x' * 100}", f"c{other}"
+    counted, builds = Counted(monkeypatch), answers.system_topic_list_builds
+    assert ns.register(cluster=cluster, name=name, addr="10.9.9.9:10911", broker_id=1, topics=("T", "S"),
+                       channel="slave").code == 0
+    assert routes.brokerAddrTable[name].brokerAddrs[1] == "10.9.9.9:10911"
+    assert asked() == first
+    ns.register(cluster=cluster, name=name, addr="10.9.9.9:10911", broker_id=1, topics=("T", "S"), channel="slave",
+                version=(1, 2), extra={"__ZONE_NAME": "Z", "enableActingMaster": "true"})  # its group's zone
+    assert asked() == first
+    ns.call(RequestCode.UNREGISTER_BROKER, {"brokerName": name, "brokerAddr": "10.9.9.9:10911",
+                                            "clusterName": cluster, "brokerId": "1"})
+    assert asked() == first
+    assert (hashed[1:], answers.system_topic_list_builds - builds) == ([0, 0, 0], 0)
+    # the group it shows an address of, a new group, a group leaving: built again
+    ns.register(cluster="c0", name=shown, addr="10.9.9.8:10911", broker_id=1, topics=("T", "S"), channel="slave2")
+    asked()
+    ns.register(cluster="new", name="new-group", addr="10.9.9.7:10911", topics=("T", "S"), channel="new")
+    assert b'"new-group"' in asked()
+    cycle(ns, 2)
+    asked()
+    assert answers.system_topic_list_builds - builds == 3
 
 
 def test_a_config_update_encodes_no_group_again(tmp_path, monkeypatch) -> None:

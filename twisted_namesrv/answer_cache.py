@@ -75,7 +75,16 @@ from .remoting.header import KEPT_HEADER_MAX, OPAQUE_KEY, SERVER_TEMPLATES_SIZE,
 from .route_pieces import RoutePieces
 from .state.alike import Alike
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteData, RouteInfoManager
+from .state.routes import (
+    BROKER,
+    TOPIC,
+    Channel,
+    Renewable,
+    RouteChange,
+    RouteData,
+    RouteInfoManager,
+    SystemTopicListShown,
+)
 from .steps import STEP_BYTES, Steps, run_steps
 
 #: answer frames kept before starting over (one per client variant of a lookup)
@@ -248,6 +257,11 @@ class AnswerCache:
         #: (MAX_CLUSTER_LISTS_BYTES)
         self._cluster_lists: list[Hashable] = []
         self.cluster_lists_bytes = 0
+        #: GET_SYSTEM_TOPIC_LIST_FROM_NS's body and what it shows (``system_topics``): kept until a
+        #: change reaches what it shows, not dropped with the broker tables' bodies at every group's change
+        self.system_topic_list: tuple[bytes, SystemTopicListShown] | None = None
+        #: the times it was built (a test's count of what a change costs it)
+        self.system_topic_list_builds = 0
         #: GET_BROKER_CLUSTER_INFO's pieces (cluster_info.py): a group's change re-encodes its entry only
         self.cluster_info_pieces = ClusterInfoPieces()
         #: the route bodies' pieces (route_pieces.py): a lookup after a group's change encodes
@@ -277,7 +291,8 @@ class AnswerCache:
     def holds(self) -> bool:
         """Whether anything is kept that a route change could make stale (the kept frames are
         kept with their topic's bodies)."""
-        return bool(self.routes or self.tables[TOPIC] or self.tables[BROKER] or self.cluster_info_pieces.brokers)
+        return bool(self.routes or self.tables[TOPIC] or self.tables[BROKER] or self.cluster_info_pieces.brokers
+                    or self.system_topic_list)
 
     def changed(self, change: RouteChange) -> None:
         """RouteInfoManager's changes, each once complete: drop what it reaches.  The work is the
@@ -298,6 +313,9 @@ class AnswerCache:
                     self._drop_routes(topic)
             if self.tables[BROKER]:
                 self.tables[BROKER].clear()
+            kept = self.system_topic_list
+            if kept is not None and self._routes.system_topic_list_changed(kept[1], [*change.brokers, *change.left]):
+                self.system_topic_list = None
             if self.cluster_info_pieces.brokers:
                 self.cluster_info_pieces.forget([*change.brokers, *change.left])
         if change.left:  # their topics may have left with them
@@ -351,6 +369,7 @@ class AnswerCache:
             self._drop_every_route()
         self._drop_topic_tables()
         self.tables[BROKER].clear()
+        self.system_topic_list = None
         if self.cluster_info_pieces.brokers and not keep_pieces:
             self.cluster_info_pieces.clear()
 
@@ -401,6 +420,20 @@ class AnswerCache:
             body = build()
             if self.keep:
                 kept[key] = body
+        return body
+
+    def system_topics(self, build: Callable[[], tuple[bytes, SystemTopicListShown]]) -> bytes:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS's body, kept with what it shows (``build``'s second), until a
+        change reaches that (``changed``: RouteInfoManager.system_topic_list_changed): every cluster
+        and group name, and one group's address.  Kept as a broker table, it went at every change of any
+        group (a member's registration, a zone's), and the next ask hashed and ordered every name again."""
+        kept = self.system_topic_list
+        if kept is not None:
+            return kept[0]
+        body, shown = build()
+        self.system_topic_list_builds += 1
+        if self.keep:
+            self.system_topic_list = (body, shown)
         return body
 
     def cluster_info(self, key: Hashable, build: Callable[[], bytes], pieces: Callable[[ClusterInfoPieces], bytes]

@@ -49,11 +49,11 @@ from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.registration import Memos, digests, plan_steps, registration_digest, request_of
 from .state.routes import (
-    BROKER,
     Channel,
     RegisterBrokerResult,
     Renewable,
     RouteData,
+    SystemTopicListShown,
     has_unit_flag,
     has_unit_sub_flag,
 )
@@ -690,15 +690,16 @@ def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: P
 
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    """Kept until a group changes, as the cluster info (it names every cluster and group): built for
-    every ask, it hashed and ordered every name in the reactor, 1 s of CPU an ask at 20,000 groups
-    named in 512 characters, for any peer that asked in a loop."""
+    """Kept until a change reaches what it shows (AnswerCache.system_topics: the cluster and group
+    names, one group's address): built for every ask, it hashed and ordered every name in the
+    reactor, 1 s of CPU an ask at 20,000 groups named in 512 characters, for any peer that asked in
+    a loop; kept until any group changed, a peer's registration and an ask in a loop did the same."""
 
-    def build() -> bytes:
-        topics, addr = state.routes.system_topic_list()
-        return topic_list_body(topics, addr, state.profile.concurrent_tables)
+    def build() -> tuple[bytes, SystemTopicListShown]:
+        topics, addr, shown = state.routes.system_topic_list_shown()
+        return topic_list_body(topics, addr, state.profile.concurrent_tables), shown
 
-    return respond(state, request, body=state.answers.table(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, BROKER, build))
+    return respond(state, request, body=state.answers.system_topics(build))
 
 
 def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:

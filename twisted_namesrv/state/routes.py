@@ -135,6 +135,17 @@ def _lost_with(topic: str, departure: Departure | None) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class SystemTopicListShown:
+    """What GET_SYSTEM_TOPIC_LIST_FROM_NS's answer was made of (``system_topic_list_shown``): the
+    cluster names, each group of brokerAddrTable with whether it had an address, and the group
+    whose address it shows (None: none had one)."""
+
+    clusters: frozenset[str]
+    groups: dict[str, bool]
+    first: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class _LayeredView:
     get: Callable[[str], Mapping[str, QueueData] | None]
 
@@ -1406,16 +1417,45 @@ class RouteInfoManager:
 
     def system_topic_list(self) -> tuple[list[str], str | None]:
         """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster names and broker names (a set), plus one address."""
+        topics, addr, _ = self.system_topic_list_shown()
+        return topics, addr
+
+    def system_topic_list_shown(self) -> tuple[list[str], str | None, SystemTopicListShown]:
+        """``system_topic_list`` and what it was made of (Java's getSystemTopicList, 4.9.8 and 5.3.3
+        alike): every cluster name and every group name in clusterAddrTable, and the first address
+        of the first group, in brokerAddrTable's order, that has one."""
+        table = self.brokerAddrTable
         topics = dict.fromkeys(self.clusterAddrTable)
         for names in self.clusterAddrTable.values():
             topics.update(names)
-        addr = None
-        for name in self.group_order(self.brokerAddrTable):
-            addrs = self.brokerAddrTable[name].brokerAddrs
+        addr = first = None
+        for name in self.group_order(table):
+            addrs = table[name].brokerAddrs
             if addrs:
-                addr = addrs[java_hash_order(addrs)[0]]
+                addr, first = addrs[java_hash_order(addrs)[0]], name
                 break
-        return list(topics), addr
+        shown = SystemTopicListShown(frozenset(self.clusterAddrTable),
+                                     {name: bool(broker.brokerAddrs) for name, broker in table.items()}, first)
+        return list(topics), addr, shown
+
+    def system_topic_list_changed(self, shown: SystemTopicListShown, groups: Iterable[str | None]) -> bool:
+        """Whether a change of ``groups`` (a RouteChange's, left ones included) changed what
+        ``system_topic_list`` shows, in a look at each and one at the cluster names: a group's
+        entry or leaving changes the group names and brokerAddrTable's order (a group in
+        brokerAddrTable is in its cluster's names, and a name joins a cluster only by a
+        registration, which puts its group in brokerAddrTable: its presence says its membership),
+        a group getting or losing its addresses which group shows one, and the shown group's
+        addresses the address.  A change of a group's topics, zone or flags shows nowhere here."""
+        if self.clusterAddrTable.keys() != shown.clusters:
+            return True
+        table, had = self.brokerAddrTable, shown.groups
+        for name in groups:
+            if name == shown.first or name is None:
+                return True
+            broker = table.get(name)
+            if had.get(name) != (None if broker is None else bool(broker.brokerAddrs)):
+                return True
+        return False
 
     def unit_topics(self, test: Callable[[int], bool], among: list[str] | None = None) -> list[str]:
         """Topics whose first QueueData (Java's HashMap order) passes ``test`` on topicSysFlag: of
