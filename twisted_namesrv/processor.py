@@ -31,10 +31,10 @@ from .bodies.register import (
 )
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
-    MASTER_ID,
     DataVersion,
     QueueData,
     cluster_info_bean,
+    in_zone,
     kv_table_bean,
     topic_list_body,
 )
@@ -504,7 +504,10 @@ def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer:
 
 def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None, standard: bool,
                  zone: str | None) -> bytes | None:
-    """The route body (None: no route), filtered by ``zone`` when not None."""
+    """The route body (None: no route), filtered by ``zone`` when not None: patched from what the
+    answer cache keeps by group (zone_routes.py) when it may, else worked out whole."""
+    if zone is not None and topic is not None and state.answers.keeps_zone_routes():
+        return state.answers.zone_route_body(topic, zone, order_conf, state.profile.v5_bodies)
     route = state.routes.pickup_topic_route_data(topic)
     if route is None:
         return None
@@ -516,8 +519,7 @@ def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None,
 
 def filter_by_zone(route: RouteData, zone: str) -> RouteData:
     """ZoneRouteRPCHook: keep brokers without a master or in the requested zone."""
-    kept = [b for b in route.brokerDatas
-            if MASTER_ID not in b.brokerAddrs or (b.zoneName or "").lower() == zone.lower()]
+    kept = [b for b in route.brokerDatas if in_zone(b, zone)]
     names = {b.brokerName for b in kept}
     addrs = {a for b in kept for a in b.brokerAddrs.values()}
     return RouteData([q for q in route.queueDatas if q.brokerName in names], kept,

@@ -1357,9 +1357,7 @@ class RouteInfoManager:
         if not queues:
             return None
         names = self.group_order(queues)
-        table = self.brokerAddrTable
-        brokers = [BrokerData(broker.cluster, broker.brokerName, dict(broker.brokerAddrs), broker.zoneName,
-                              broker.enableActingMaster) for name in names if (broker := table.get(name)) is not None]
+        brokers = self.route_brokers(topic, queues, names)  # type: ignore[arg-type]
         filter_servers: dict[str, list[str]] = {}
         if self.filterServerTable:  # (a look-up an address only when any broker has filter servers)
             for clone in brokers:
@@ -1372,10 +1370,20 @@ class RouteInfoManager:
         route = RouteData([queues[n] for n in names], brokers, filter_servers)
         if self.profile.v5_bodies:
             route.topicQueueMappingByBroker = self.topicQueueMappingInfoTable.get(topic)  # type: ignore[arg-type]
-        if (self.profile.acting_master_routes and self.support_acting_master
-                and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)):  # type: ignore[union-attr]
-            self._apply_acting_master(route)
         return route
+
+    def route_brokers(self, topic: str, queues: Mapping[str, QueueData], names: Iterable[str]) -> list[BrokerData]:
+        """The BrokerData a route of ``topic`` shows for ``names`` (of its groups, in order): a copy of
+        each one brokerAddrTable holds, as Java's pickup copies, an acting master answered as id 0
+        (``_apply_acting_master``); what a lookup filtered by zone patches its kept route with, a
+        group at a time (zone_routes.py), as the whole route is picked up here."""
+        table = self.brokerAddrTable
+        brokers = [BrokerData(broker.cluster, broker.brokerName, dict(broker.brokerAddrs), broker.zoneName,
+                              broker.enableActingMaster) for name in names if (broker := table.get(name)) is not None]
+        if (self.profile.acting_master_routes and self.support_acting_master
+                and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)):
+            self._apply_acting_master(brokers, queues)
+        return brokers
 
     def group_order(self, names: Iterable[str]) -> list[str]:
         """``java_hash_order(names)`` for broker group names, each one's hash remembered (bounded by
@@ -1389,15 +1397,15 @@ class RouteInfoManager:
         return [names[i] for i in bucket_order(list(map(spreads.__getitem__, names)), table_size(len(names)) - 1)]
 
     @staticmethod
-    def _apply_acting_master(route: RouteData) -> None:
+    def _apply_acting_master(brokers: list[BrokerData], queues: Mapping[str, QueueData]) -> None:
         """supportActingMaster: a master-less group whose queues are read-only answers its
-        lowest-id slave as id 0."""
-        perms = {q.brokerName: q.perm for q in route.queueDatas}
-        for broker in route.brokerDatas:
+        lowest-id slave as id 0 (a QueueData is held under its own brokerName)."""
+        for broker in brokers:
             addrs = broker.brokerAddrs
             if not addrs or MASTER_ID in addrs or not broker.enableActingMaster:
                 continue
-            if broker.brokerName in perms and not perms[broker.brokerName] & PERM_WRITE:
+            queue = queues.get(broker.brokerName)
+            if queue is not None and not queue.perm & PERM_WRITE:
                 addrs[MASTER_ID] = addrs.pop(min(addrs))
 
     def all_topics(self) -> list[str]:
