@@ -19,7 +19,7 @@ CHECKED = ["twisted_namesrv/remoting", "twisted_namesrv/bodies", "twisted_namesr
            "twisted_namesrv/events.py", "twisted_namesrv/departures.py", "twisted_namesrv/lost_topics.py",
            "twisted_namesrv/flapping.py",
            "twisted_namesrv/schema.py", "twisted_namesrv/observations.py", "twisted_namesrv/properties.py",
-           "twisted_namesrv/escapes.py",
+           "twisted_namesrv/escapes.py", "twisted_namesrv/route_pieces.py", "twisted_namesrv/zone_routes.py",
            # the controller's pure modules, strict per pyproject.toml as the state is
            "twisted_namesrv/controller/events.py", "twisted_namesrv/controller/replicas.py",
            "twisted_namesrv/controller/elect.py", "twisted_namesrv/controller/heartbeat.py",
