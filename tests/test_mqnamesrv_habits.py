@@ -94,6 +94,29 @@ def test_the_data_dir_s_file_java_wrote_keeps_what_this_server_does_not_read_bac
     assert properties.load(text)["rocketmqHome"] == "/opt/rocketmq"
 
 
+@pytest.mark.parametrize("java_wrote", ["bindAddress=0.0.0.0\n", ""])
+def test_the_file_it_saves_binds_java_where_java_bound_after_a_swap_back(tmp_path, java_wrote):
+    """Java 5.3.3's mqnamesrv -c reads bindAddress from the file (MixAll.properties2Object into
+    NettyServerConfig; 4.9.8 has no such key), and its default is 0.0.0.0; ours is 127.0.0.1. An
+    updateNamesrvConfig here wrote bindAddress=127.0.0.1, and Java started again on that file
+    listened on loopback, out of every broker's and client's reach.  Now a bindAddress no one set is
+    written as the file had it, or not at all (Java's default); one set is written as set."""
+    store = tmp_path / "namesrv.properties"
+    store.write_text("orderMessageEnable=true\nlistenPort=9876\n" + java_wrote)
+    config = NamesrvConfig.from_file(None, {"configStorePath": str(store)})
+    assert config["bindAddress"] == "127.0.0.1"  # what it listens on: a guarded key, never read back
+    config.apply({"productEnvName": "ours"})
+    assert properties.load(config.stored_text()).get("bindAddress") == (java_wrote and "0.0.0.0" or None)
+    assert "bindAddress=127.0.0.1\n" in config.properties_text()  # what it answers says where it listens
+    for chosen in ({"bindAddress": "127.0.0.1"}, {"bindAddress": "10.0.0.5"}):  # the command line's
+        config = NamesrvConfig.from_file(None, {"configStorePath": str(store), **chosen})
+        assert properties.load(config.stored_text())["bindAddress"] == chosen["bindAddress"]
+    written = tmp_path / "written.properties"
+    written.write_text("bindAddress=127.0.0.1\nlistenPort=9876\n")  # the -c file's
+    config = NamesrvConfig.from_file(str(written))
+    assert properties.load(config.stored_text())["bindAddress"] == "127.0.0.1"
+
+
 def test_a_start_in_place_of_mqnamesrv_says_which_of_its_files_it_read(tmp_path):
     """Started on Java's ~/namesrv, nothing in the log said kvConfig.json or namesrv.properties was
     read (Java says "load KV config table OK"): now one line each, with what they held."""

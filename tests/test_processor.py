@@ -746,7 +746,9 @@ def test_update_config_applies_and_persists(ns):
     written = dict(line.split("=", 1) for line in ns.config_path.read_text().splitlines())
     # like Java's Configuration.update, keys no config object knows are dropped, not stored
     assert written["productEnvName"] == "prod" and "customKey" not in written
-    assert written == config_keys(ns)
+    # but a bindAddress no one set (ours: 127.0.0.1, Java 5.3.3's: 0.0.0.0, which its -c reads from the file)
+    answered = config_keys(ns)
+    assert written == {key: value for key, value in answered.items() if key != "bindAddress"}
     if ns.profile.topic_list_gates:
         assert ns.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "c1"}).remark == "disable"
 

@@ -20,8 +20,8 @@ from twisted.internet.testing import StringTransport
 from tests import built
 from tests.support import python_calls_run
 from tests.test_processor import Namesrv
-from twisted_namesrv import route_pieces
-from twisted_namesrv.bodies.route import BrokerData, QueueData, topic_route_bean
+from twisted_namesrv import processor, route_pieces, zone_routes
+from twisted_namesrv.bodies.route import BrokerData, QueueData, topic_list_body, topic_route_bean
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, fastjson
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.route_pieces import RoutePieces
@@ -174,8 +174,9 @@ def test_a_zone_lookup_repeated_costs_what_a_plain_kept_lookup_costs(tmp_path, m
 
     zoned, plain = {"topic": "T", "__ZONE_MODE": "true", "__ZONE_NAME": zone}, {"topic": "T"}
     asked(plain, 1)
+    zones = ns.state.answers.zone_routes
     first_calls, first = asked(zoned, 2)
-    assert picked == ["T"]
+    assert (picked, zones.visits) == ([], GROUPS)  # each group patched in once (zone_routes.py)
     assert len(fastjson.loads(RemotingCommand.decode(first[4:]).body)["brokerDatas"]) == (GROUPS if zone == "Z" else 0)
     for opaque in (3, 4):
         plain_calls = asked(plain, 10 + opaque)[0]
@@ -185,8 +186,80 @@ def test_a_zone_lookup_repeated_costs_what_a_plain_kept_lookup_costs(tmp_path, m
         assert zoned_calls <= plain_calls + 5, (zoned_calls, plain_calls, first_calls)
     cycle(ns, 2)  # a group's change drops the zone's route with the topic's others (g5 now in no zone)
     after = fastjson.loads(RemotingCommand.decode(asked(zoned, 5)[1][4:]).body)["brokerDatas"]
-    assert picked == ["T"]
+    assert (picked, zones.visits) == ([], GROUPS + 1)  # that group patched, no other
     assert len(after) == (GROUPS - 1 if zone == "Z" else 0)
+
+
+def whole_zone_body(ns: Namesrv, zone: str) -> bytes:
+    """The route of T filtered by ``zone``, picked up, filtered and encoded whole (the general path)."""
+    route = processor.filter_by_zone(ns.routes.pickup_topic_route_data("T"), zone)
+    return fastjson.dumps_bytes(topic_route_bean(route.queueDatas, route.brokerDatas, route.filterServerTable,
+                                                 None, route.topicQueueMappingByBroker, True), False)
+
+
+def test_the_first_zone_lookup_after_a_change_patches_the_groups_it_changed(tmp_path) -> None:
+    """A lookup filtered by zone after one group's change picked the whole route up, filtered and
+    joined it (about 8 Python calls a group: 2,400+ at 300 groups, 160,000 at 20,000); now the kept
+    zone route is patched by that group (a member joining, its zone, its queues' permissions, a new
+    group, a group's cycle): one visit each, and the body is the whole route's, filtered."""
+    ns = many_groups(tmp_path, zone="Z")
+    zones = ns.state.answers.zone_routes
+    name = f"g{{}}-{'x' * 100}".format
+
+    def zoned(zone: str = "Z") -> tuple[int, bytes]:
+        answers = []
+        calls = python_calls_run(lambda: answers.append(ns.call(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T", "__ZONE_MODE": "true", "__ZONE_NAME": zone})))
+        assert answers[0].body == whole_zone_body(ns, zone)
+        return calls, answers[0].body
+
+    zoned()
+    zoned("elsewhere")
+    assert zones.visits == 2 * GROUPS
+    changes = [
+        lambda: ns.register(cluster="c7", name=name(7), addr="10.9.9.7:10911", broker_id=1, topics=("T", "S"),
+                            channel="slave", extra={"__ZONE_NAME": "Z"}),
+        lambda: ns.register(cluster="c8", name=name(8), addr="10.0.0.8:10911", topics=("T", "U8"), channel=8,
+                            version=(1, 2), extra={"__ZONE_NAME": "Y"}),  # its zone: out of Z's route
+        lambda: ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": name(9)}),  # its QueueData replaced
+        lambda: ns.register(cluster="cn", name="new", addr="10.9.9.9:10911", topics=("T", "S"), channel="new",
+                            extra={"__ZONE_NAME": "Z"}),  # a group comes: the order is worked out again
+        lambda: cycle(ns, 2),
+    ]
+    for change in changes:
+        change()
+        visits = zones.visits
+        calls, body = zoned()
+        assert zones.visits - visits == 1 and calls < 200, (zones.visits - visits, calls)
+        zoned("elsewhere")
+    assert name(8).encode() not in body and b'"new"' in body
+
+
+def test_the_zones_kept_are_bounded_and_go_with_the_route_pieces(tmp_path, monkeypatch) -> None:
+    """Each zone a peer names keeps the topic's groups once more: past twice the tables' groups (and
+    SPARE_ENTRIES) they start over, counted, and the lookups answer as before; and they go when the
+    route pieces start over, whose pieces they hold."""
+    monkeypatch.setattr(zone_routes, "SPARE_ENTRIES", 0)
+    ns = many_groups(tmp_path, zone="Z")
+    answers = ns.state.answers
+
+    def zoned(zone: str) -> bytes:
+        return ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T", "__ZONE_MODE": "true",
+                                                            "__ZONE_NAME": zone}).body
+
+    first = zoned("Z")
+    for zone in ("a", "b", "c", "d"):
+        zoned(zone)
+    assert answers.started_over["zone_routes"] == 2 and answers.zone_routes.entries <= 2 * GROUPS  # 3rd, 5th
+    assert first == whole_zone_body(ns, "Z")
+    cycle(ns, 2)
+    cycle(ns, 3)
+    assert zoned("Z") == whole_zone_body(ns, "Z")
+    answers.route_pieces.clear()
+    answers.route_pieces.started_over += 1
+    assert zoned("a") == whole_zone_body(ns, "a")
+    assert answers.zone_routes.entries == GROUPS  # the others went
+    assert zoned("Z") == whole_zone_body(ns, "Z")
 
 
 def test_the_system_topic_list_is_kept_until_a_group_changes(tmp_path, monkeypatch) -> None:
@@ -201,6 +274,52 @@ def test_the_system_topic_list_is_kept_until_a_group_changes(tmp_path, monkeypat
                                             "clusterName": "c7", "brokerId": "0"})
     after = fastjson.loads(ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body)["topicList"]
     assert f"g7-{'x' * 100}" not in after and "c7" not in after and len(after) == 2 * GROUPS - 2
+
+
+def test_the_system_topic_list_is_built_again_only_when_what_it_shows_changed(tmp_path, monkeypatch) -> None:
+    """It shows every cluster and group name and one group's first address (Java's getSystemTopicList,
+    4.9.8 and 5.3.3): a member joining or leaving another group, or a group's zone changing, leaves it
+    as it was.  Before: kept as a broker table, dropped at every group's change, and the next ask
+    hashed every name again (900 name hashes at 300 groups), a peer's registration and an ask in a loop."""
+    ns = many_groups(tmp_path)
+    answers, routes = ns.state.answers, ns.routes
+
+    hashed = []
+
+    def asked() -> bytes:
+        before = counted.hashes if counted is not None else 0
+        body = ns.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body
+        hashed.append((counted.hashes - before) if counted is not None else None)
+        topics, addr = routes.system_topic_list()
+        assert body == topic_list_body(topics, addr, True)  # what a server keeping nothing answers
+        return body
+
+    counted = None
+
+    first = asked()
+    shown = routes.system_topic_list_shown()[2].first
+    other = next(group for group in range(GROUPS) if f"g{group}-{'x' * 100}" != shown)
+    name, cluster = f"g{other}-{'x' * 100}", f"c{other}"
+    counted, builds = Counted(monkeypatch), answers.system_topic_list_builds
+    assert ns.register(cluster=cluster, name=name, addr="10.9.9.9:10911", broker_id=1, topics=("T", "S"),
+                       channel="slave").code == 0
+    assert routes.brokerAddrTable[name].brokerAddrs[1] == "10.9.9.9:10911"
+    assert asked() == first
+    ns.register(cluster=cluster, name=name, addr="10.9.9.9:10911", broker_id=1, topics=("T", "S"), channel="slave",
+                version=(1, 2), extra={"__ZONE_NAME": "Z", "enableActingMaster": "true"})  # its group's zone
+    assert asked() == first
+    ns.call(RequestCode.UNREGISTER_BROKER, {"brokerName": name, "brokerAddr": "10.9.9.9:10911",
+                                            "clusterName": cluster, "brokerId": "1"})
+    assert asked() == first
+    assert (hashed[1:], answers.system_topic_list_builds - builds) == ([0, 0, 0], 0)
+    # the group it shows an address of, a new group, a group leaving: built again
+    ns.register(cluster="c0", name=shown, addr="10.9.9.8:10911", broker_id=1, topics=("T", "S"), channel="slave2")
+    asked()
+    ns.register(cluster="new", name="new-group", addr="10.9.9.7:10911", topics=("T", "S"), channel="new")
+    assert b'"new-group"' in asked()
+    cycle(ns, 2)
+    asked()
+    assert answers.system_topic_list_builds - builds == 3
 
 
 def test_a_config_update_encodes_no_group_again(tmp_path, monkeypatch) -> None:

@@ -215,6 +215,42 @@ def test_the_watchdog_is_fed_every_half_period_from_the_reactor(tmp_path):
     assert sdnotify.watchdog_period({"WATCHDOG_USEC": "0"}) is None
 
 
+def test_a_watchdog_that_cannot_be_told_warns_once_and_when_it_is_told_again(tmp_path, monkeypatch):
+    """A WATCHDOG=1 that could not be sent was a warning line every 15 s for as long as it failed: now
+    the first failure of a run warns, the first send after it says so, and each failure is counted
+    (namesrv_systemd_watchdog_failures_total)."""
+    from twisted.internet import task
+    from twisted.logger import Logger
+
+    from twisted_namesrv.metrics import Metrics
+
+    events: list[dict] = []
+    monkeypatch.setattr(sdnotify, "log", Logger(observer=events.append))
+    name, clock, metrics = str(tmp_path / "notify"), task.Clock(), Metrics()
+    timer = sdnotify.watchdog_service(clock, {"NOTIFY_SOCKET": name, "WATCHDOG_USEC": "30000000"},
+                                      failed=metrics.watchdog_failed)
+    timer.startService()
+    clock.pump([15] * 4)  # nobody at the socket: five tries
+    assert metrics.watchdog_failures == 5
+    assert [e["log_format"] for e in events if "systemd" in e["log_format"]].count(
+        "could not tell systemd {what} (NOTIFY_SOCKET={value!r}): {error}") == 1
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(name)
+        del events[:]
+        clock.advance(15)
+        assert receiver.recv(4096) == b"WATCHDOG=1\n"
+        assert [(e["log_format"], e["count"]) for e in events] == [
+            ("systemd's watchdog is told again (NOTIFY_SOCKET={value}) after {count} failed tries", 5)]
+        clock.advance(15)
+        assert receiver.recv(4096) == b"WATCHDOG=1\n"
+    Path(name).unlink()
+    del events[:]
+    clock.pump([15] * 3)  # failing again: one more warning
+    timer.stopService()
+    assert metrics.watchdog_failures == 8
+    assert len(events) == 1 and events[0]["log_level"].name == "warn"
+
+
 def test_the_installed_service_feeds_the_watchdog(installed, tmp_path):
     """The unit's ExecStart, with the variables systemd sets for WatchdogSec=2: READY, then WATCHDOG=1
     again and again while it serves."""

@@ -75,8 +75,18 @@ from .remoting.header import KEPT_HEADER_MAX, OPAQUE_KEY, SERVER_TEMPLATES_SIZE,
 from .route_pieces import RoutePieces
 from .state.alike import Alike
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
-from .state.routes import BROKER, TOPIC, Channel, Renewable, RouteChange, RouteData, RouteInfoManager
+from .state.routes import (
+    BROKER,
+    TOPIC,
+    Channel,
+    Renewable,
+    RouteChange,
+    RouteData,
+    RouteInfoManager,
+    SystemTopicListShown,
+)
 from .steps import STEP_BYTES, Steps, run_steps
+from .zone_routes import ZoneRoutes
 
 #: answer frames kept before starting over (one per client variant of a lookup)
 MAX_REPLIES = 65536
@@ -120,7 +130,7 @@ MAX_CLUSTER_LISTS_BYTES = 64 << 20
 #: the kept caches that start over past a bound (``AnswerCache.started_over``): the route bodies
 #: (MAX_ROUTES_BYTES), the answer frames (MAX_REPLIES_BYTES, MAX_REPLIES) and the clusters' topic
 #: lists (MAX_CLUSTER_LISTS_BYTES)
-KEPT_CACHES = ("routes", "replies", "cluster_lists", "route_pieces")
+KEPT_CACHES = ("routes", "replies", "cluster_lists", "route_pieces", "zone_routes")
 
 #: what a kept cluster list holds beside its body (its key, its place in the tables): counted in it
 CLUSTER_LIST_OVERHEAD = 200
@@ -248,11 +258,19 @@ class AnswerCache:
         #: (MAX_CLUSTER_LISTS_BYTES)
         self._cluster_lists: list[Hashable] = []
         self.cluster_lists_bytes = 0
+        #: GET_SYSTEM_TOPIC_LIST_FROM_NS's body and what it shows (``system_topics``): kept until a
+        #: change reaches what it shows, not dropped with the broker tables' bodies at every group's change
+        self.system_topic_list: tuple[bytes, SystemTopicListShown] | None = None
+        #: the times it was built (a test's count of what a change costs it)
+        self.system_topic_list_builds = 0
         #: GET_BROKER_CLUSTER_INFO's pieces (cluster_info.py): a group's change re-encodes its entry only
         self.cluster_info_pieces = ClusterInfoPieces()
         #: the route bodies' pieces (route_pieces.py): a lookup after a group's change encodes
         #: only the pieces not seen before
         self.route_pieces = RoutePieces()
+        #: route lookups filtered by zone, kept by group (zone_routes.py): the first after a change
+        #: patches the groups it changed
+        self.zone_routes = ZoneRoutes()
         #: GET_KVLIST_BY_NAMESPACE's bodies by namespace, with the namespace's table they were made
         #: of (KVConfigManager never changes one in place: a body is current while its table is)
         self.kv_lists: dict[str, tuple[Mapping[str, str], bytes]] = {}
@@ -277,7 +295,8 @@ class AnswerCache:
     def holds(self) -> bool:
         """Whether anything is kept that a route change could make stale (the kept frames are
         kept with their topic's bodies)."""
-        return bool(self.routes or self.tables[TOPIC] or self.tables[BROKER] or self.cluster_info_pieces.brokers)
+        return bool(self.routes or self.tables[TOPIC] or self.tables[BROKER] or self.cluster_info_pieces.brokers
+                    or self.system_topic_list or self.zone_routes.kept)
 
     def changed(self, change: RouteChange) -> None:
         """RouteInfoManager's changes, each once complete: drop what it reaches.  The work is the
@@ -298,6 +317,11 @@ class AnswerCache:
                     self._drop_routes(topic)
             if self.tables[BROKER]:
                 self.tables[BROKER].clear()
+            if self.zone_routes.kept:
+                self.zone_routes.changed([*change.brokers, *change.left])
+            kept = self.system_topic_list
+            if kept is not None and self._routes.system_topic_list_changed(kept[1], [*change.brokers, *change.left]):
+                self.system_topic_list = None
             if self.cluster_info_pieces.brokers:
                 self.cluster_info_pieces.forget([*change.brokers, *change.left])
         if change.left:  # their topics may have left with them
@@ -351,6 +375,9 @@ class AnswerCache:
             self._drop_every_route()
         self._drop_topic_tables()
         self.tables[BROKER].clear()
+        self.system_topic_list = None
+        if self.zone_routes.kept:  # (a config update too: supportActingMaster shapes what each group shows)
+            self.zone_routes.clear()
         if self.cluster_info_pieces.brokers and not keep_pieces:
             self.cluster_info_pieces.clear()
 
@@ -392,6 +419,21 @@ class AnswerCache:
             self.started_over["route_pieces"] += 1
         return body
 
+    def zone_route_body(self, topic: str, zone: str, order_conf: str | None, v5: bool) -> bytes | None:
+        """A route filtered by ``zone`` (None: no route), patched from what is kept by group
+        (zone_routes.py); only when ``keeps_zone_routes``."""
+        zones = self.zone_routes
+        started_over = zones.started_over
+        body = zones.body(self._routes, self.route_pieces, topic, zone, order_conf, v5)
+        if zones.started_over != started_over:
+            self.started_over["zone_routes"] += 1
+        return body
+
+    def keeps_zone_routes(self) -> bool:
+        """Whether a lookup filtered by zone is joined of what ``zone_routes`` keeps (not by a cache
+        that keeps nothing, the reference; nor while brokers have filter servers)."""
+        return self.keep and ZoneRoutes.keeps(self._routes)
+
     # -- whole tables ---------------------------------------------------------------------------
     def table(self, key: Hashable, shows: str, build: Callable[[], bytes]) -> bytes:
         """The body under ``key`` that ``shows`` TOPIC or BROKER tables, built when missing."""
@@ -401,6 +443,20 @@ class AnswerCache:
             body = build()
             if self.keep:
                 kept[key] = body
+        return body
+
+    def system_topics(self, build: Callable[[], tuple[bytes, SystemTopicListShown]]) -> bytes:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS's body, kept with what it shows (``build``'s second), until a
+        change reaches that (``changed``: RouteInfoManager.system_topic_list_changed): every cluster
+        and group name, and one group's address.  Kept as a broker table, it went at every change of any
+        group (a member's registration, a zone's), and the next ask hashed and ordered every name again."""
+        kept = self.system_topic_list
+        if kept is not None:
+            return kept[0]
+        body, shown = build()
+        self.system_topic_list_builds += 1
+        if self.keep:
+            self.system_topic_list = (body, shown)
         return body
 
     def cluster_info(self, key: Hashable, build: Callable[[], bytes], pieces: Callable[[ClusterInfoPieces], bytes]

@@ -128,7 +128,9 @@ class BuildsApart:
         key = next(iter(waiting))
         begin, told = waiting.pop(key)  # begun: an ask from now on waits for the next
         self._running = True
-        reactor: interfaces.IReactorThreads = self.reactor  # type: ignore[assignment]
+        # an IReactorThreads (``__init__`` checked it): typed as one, mypy reads zope's interface methods,
+        # declared without ``self``, as taking none ("does not accept self argument")
+        reactor: Any = self.reactor
         try:
             make = begin()
         except Exception:

@@ -83,6 +83,8 @@ class Metrics:
     log_lines_lost: Counter = field(default_factory=Counter)
     #: pushes to brokers (server.py: Notifier) by result: sent, failed, superseded, dropped
     pushes: Counter = field(default_factory=Counter)
+    #: WATCHDOG=1s systemd could not be sent (sdnotify.Watchdog: the first of a run is a warning line)
+    watchdog_failures: int = 0
 
     def answered(self, code: int, response_code: int | None, seconds: float, times: int = 1) -> None:
         """``code`` must be one the server handles or OTHER_CODE (Dispatcher folds the others
@@ -108,6 +110,9 @@ class Metrics:
             route = latency.get(_ROUTE)
             latency[_ROUTE] = self.memory_latency if route is None else route.merged(self.memory_latency)
         return requests, latency
+
+    def watchdog_failed(self) -> None:
+        self.watchdog_failures += 1
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] += 1

@@ -31,10 +31,10 @@ from .bodies.register import (
 )
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
-    MASTER_ID,
     DataVersion,
     QueueData,
     cluster_info_bean,
+    in_zone,
     kv_table_bean,
     topic_list_body,
 )
@@ -49,11 +49,11 @@ from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.registration import Memos, digests, plan_steps, registration_digest, request_of
 from .state.routes import (
-    BROKER,
     Channel,
     RegisterBrokerResult,
     Renewable,
     RouteData,
+    SystemTopicListShown,
     has_unit_flag,
     has_unit_sub_flag,
 )
@@ -515,7 +515,10 @@ def get_route_info_by_topic(state: NamesrvState, request: RemotingCommand, peer:
 
 def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None, standard: bool,
                  zone: str | None) -> bytes | None:
-    """The route body (None: no route), filtered by ``zone`` when not None."""
+    """The route body (None: no route), filtered by ``zone`` when not None: patched from what the
+    answer cache keeps by group (zone_routes.py) when it may, else worked out whole."""
+    if zone is not None and topic is not None and state.answers.keeps_zone_routes():
+        return state.answers.zone_route_body(topic, zone, order_conf, state.profile.v5_bodies)
     route = state.routes.pickup_topic_route_data(topic)
     if route is None:
         return None
@@ -527,8 +530,7 @@ def encode_route(state: NamesrvState, topic: str | None, order_conf: str | None,
 
 def filter_by_zone(route: RouteData, zone: str) -> RouteData:
     """ZoneRouteRPCHook: keep brokers without a master or in the requested zone."""
-    kept = [b for b in route.brokerDatas
-            if MASTER_ID not in b.brokerAddrs or (b.zoneName or "").lower() == zone.lower()]
+    kept = [b for b in route.brokerDatas if in_zone(b, zone)]
     names = {b.brokerName for b in kept}
     addrs = {a for b in kept for a in b.brokerAddrs.values()}
     return RouteData([q for q in route.queueDatas if q.brokerName in names], kept,
@@ -701,15 +703,16 @@ def get_topics_by_cluster(state: NamesrvState, request: RemotingCommand, peer: P
 
 
 def get_system_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-    """Kept until a group changes, as the cluster info (it names every cluster and group): built for
-    every ask, it hashed and ordered every name in the reactor, 1 s of CPU an ask at 20,000 groups
-    named in 512 characters, for any peer that asked in a loop."""
+    """Kept until a change reaches what it shows (AnswerCache.system_topics: the cluster and group
+    names, one group's address): built for every ask, it hashed and ordered every name in the
+    reactor, 1 s of CPU an ask at 20,000 groups named in 512 characters, for any peer that asked in
+    a loop; kept until any group changed, a peer's registration and an ask in a loop did the same."""
 
-    def build() -> bytes:
-        topics, addr = state.routes.system_topic_list()
-        return topic_list_body(topics, addr, state.profile.concurrent_tables)
+    def build() -> tuple[bytes, SystemTopicListShown]:
+        topics, addr, shown = state.routes.system_topic_list_shown()
+        return topic_list_body(topics, addr, state.profile.concurrent_tables), shown
 
-    return respond(state, request, body=state.answers.table(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, BROKER, build))
+    return respond(state, request, body=state.answers.system_topics(build))
 
 
 def get_unit_topic_list(state: NamesrvState, request: RemotingCommand, peer: Peer) -> TopicList:

@@ -58,6 +58,12 @@ class RoutePieces:
              queue_mapping_by_broker: dict[str, Any] | None, v5: bool, standard: bool, groups: int) -> bytes:
         """``fastjson.dumps_bytes(topic_route_bean(...), standard)``, joined of kept pieces;
         ``groups``: how many groups the tables hold (the pieces' bound)."""
+        brokers, queues = self.pieces_of(broker_datas, queue_datas, v5, standard, groups)
+        return self.join(brokers, queues, filter_server_table, order_topic_conf, queue_mapping_by_broker, v5, standard)
+
+    def pieces_of(self, broker_datas: Sequence[BrokerData], queue_datas: Sequence[QueueData], v5: bool,
+                  standard: bool, groups: int) -> tuple[list[bytes], list[bytes]]:
+        """Each BrokerData's and QueueData's piece, in order (encoded when not kept)."""
         if len(self._pieces) > 4 * groups + SPARE_PIECES or self.bytes > PIECES_MAX_BYTES:
             self.clear()
             self.started_over += 1
@@ -69,6 +75,13 @@ class RoutePieces:
             brokers.append(pieces.get(key) or self._keep(key, fastjson.dumps_bytes(b.bean(v5), standard)))
         queues = [pieces.get((standard, q)) or self._keep((standard, q), fastjson.dumps_bytes(q.bean(), standard))
                   for q in queue_datas]
+        return brokers, queues
+
+    @staticmethod
+    def join(brokers: Sequence[bytes], queues: Sequence[bytes], filter_server_table: dict[str, list[str]],
+             order_topic_conf: str | None, queue_mapping_by_broker: dict[str, Any] | None, v5: bool,
+             standard: bool) -> bytes:
+        """The body of these pieces (``pieces_of``'s, in the route's order)."""
         # the rest of the bean (filter servers, orderTopicConf, static topics' mappings) is
         # small and encoded as it is, between the two lists (the bean's keys are in order)
         rest = fastjson.dumps_bytes(topic_route_bean((), (), filter_server_table, order_topic_conf,

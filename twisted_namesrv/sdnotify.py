@@ -18,15 +18,17 @@ its port and its unit stayed "active (running)" while no broker or client was an
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
-from collections.abc import Mapping
-from functools import partial
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from twisted.logger import Logger
 
 log = Logger()
+#: what the watchdog's timer says
+WATCHDOG = "WATCHDOG=1\n"
 
 
 def socket_address(value: str) -> str | None:
@@ -40,24 +42,65 @@ def socket_address(value: str) -> str | None:
 
 
 def notify(message: str, environ: Mapping[str, str] = os.environ) -> bool:
-    """Send ``message`` (``KEY=value`` lines) to the service manager; whether it was sent."""
+    """Send ``message`` (``KEY=value`` lines) to the service manager; whether it was sent (a failure
+    is a warning line)."""
+    error = send(message, environ)
+    if error is not None:
+        _warn_unsent(message, environ, error)
+    return error is None and bool(environ.get("NOTIFY_SOCKET", ""))
+
+
+def send(message: str, environ: Mapping[str, str] = os.environ) -> OSError | None:
+    """Send ``message`` to ``$NOTIFY_SOCKET``; the error that kept it from being sent (a value that
+    names no unix socket: EAFNOSUPPORT), or None (sent, or no socket to tell: not under systemd)."""
     value = environ.get("NOTIFY_SOCKET", "")
     if not value:
-        return False
+        return None
     address = socket_address(value)
     if address is None:
-        log.warn("NOTIFY_SOCKET={value!r} is not a unix socket: systemd is not told the server is ready",
-                 value=value)
-        return False
+        return OSError(errno.EAFNOSUPPORT, "not a unix socket's path or @name")
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.sendto(message.encode("utf-8"), address)
     except OSError as exc:
-        log.warn("could not tell systemd {what} (NOTIFY_SOCKET={value}): {error}",
-                 what="the server is ready" if message.startswith("READY=") else message.strip(),
-                 value=value, error=exc)
-        return False
-    return True
+        return exc
+    return None
+
+
+def _warn_unsent(message: str, environ: Mapping[str, str], error: OSError) -> None:
+    log.warn("could not tell systemd {what} (NOTIFY_SOCKET={value!r}): {error}",
+             what="the server is ready" if message.startswith("READY=") else message.strip(),
+             value=environ.get("NOTIFY_SOCKET", ""), error=error)
+
+
+class Watchdog:
+    """``WATCHDOG=1``, said by the watchdog's timer: a failure to send it (the socket gone: systemd
+    restarted or the variable inherited by a process run elsewhere) is one warning when it starts
+    failing and one line when it is sent again, each failure counted (``failures``, and ``failed()``:
+    namesrv_systemd_watchdog_failures_total), where every 15 s was a warning line for as long as it failed."""
+
+    def __init__(self, environ: Mapping[str, str] = os.environ, failed: Callable[[], None] | None = None) -> None:
+        self.environ = environ
+        self.failed = failed
+        #: the times it could not be sent since start
+        self.failures = 0
+        #: the failures since it was last sent (0: it was)
+        self.failing = 0
+
+    def __call__(self) -> None:
+        error = send(WATCHDOG, self.environ)
+        if error is None:
+            if self.failing:
+                log.warn("systemd's watchdog is told again (NOTIFY_SOCKET={value}) after {count} failed tries",
+                         value=self.environ.get("NOTIFY_SOCKET", ""), count=self.failing)
+                self.failing = 0
+            return
+        self.failures += 1
+        self.failing += 1
+        if self.failed is not None:
+            self.failed()
+        if self.failing == 1:
+            _warn_unsent(WATCHDOG, self.environ, error)
 
 
 def ready(status: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -88,10 +131,12 @@ def watchdog_period(environ: Mapping[str, str] = os.environ, pid: int | None = N
     return int(usec) / 1_000_000
 
 
-def watchdog_service(clock: Any, environ: Mapping[str, str] = os.environ) -> Any:
+def watchdog_service(clock: Any, environ: Mapping[str, str] = os.environ,
+                     failed: Callable[[], None] | None = None) -> Any:
     """A timer saying ``WATCHDOG=1`` on ``clock`` (the reactor) every half of systemd's watchdog
-    period while it runs, for NamesrvService's children; None when systemd asks for none.  It runs
-    on the reactor, so a reactor that stops turning stops saying it."""
+    period while it runs, for NamesrvService's children (a ``Watchdog``, ``failed`` told of each
+    failure); None when systemd asks for none.  It runs on the reactor, so a reactor that
+    stops turning stops saying it."""
     from .timers import ClockedTimerService
 
     period = watchdog_period(environ)
@@ -99,4 +144,5 @@ def watchdog_service(clock: Any, environ: Mapping[str, str] = os.environ) -> Any
         return None
     log.info("systemd's watchdog: WATCHDOG=1 every {every:g} s (WatchdogSec={period:g})",
              every=period / 2, period=period)
-    return ClockedTimerService(period / 2, partial(notify, "WATCHDOG=1\n", environ), clock)
+    watchdog = Watchdog(environ, failed)
+    return ClockedTimerService(period / 2, watchdog, clock)

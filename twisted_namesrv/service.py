@@ -497,7 +497,8 @@ class NamesrvService(service.MultiService):
             ClockedTimerService(heap.TICK_SECONDS, self.heap_trim.tick, reactor).setServiceParent(self)
         else:
             self.heap_trim = None
-        watchdog = sdnotify.watchdog_service(reactor)  # systemd's WatchdogSec: a hung reactor is restarted
+        # systemd's WatchdogSec: a hung reactor is restarted
+        watchdog = sdnotify.watchdog_service(reactor, failed=self.metrics.watchdog_failed)
         if watchdog is not None:
             watchdog.setServiceParent(self)
         self.snapshots = loaded.snapshots

@@ -67,6 +67,14 @@ class BrokerData:
         return bean
 
 
+def in_zone(broker: BrokerData, zone: str) -> bool:
+    """ZoneRouteRPCHook's rule (5.x, a lookup with ``__ZONE_MODE=true``): a route filtered by
+    ``zone`` keeps a group without a master, or one in that zone (either letter case); the queues
+    and filter servers of the groups it keeps.  The one statement of it: the whole route's filter
+    (processor.filter_by_zone) and the kept one patched a group at a time (zone_routes.py)."""
+    return MASTER_ID not in broker.brokerAddrs or (broker.zoneName or "").lower() == zone.lower()
+
+
 #: the ints java_numbers answers with themselves in a long field (DataVersion.from_json takes them so)
 _LONGS = fastjson.JAVA_LONG_INTS
 

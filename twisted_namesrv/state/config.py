@@ -190,6 +190,9 @@ KEYS: list[ConfigKey] = [
     #: how often the peers view compares routes with the namesrvAddr / nsaddrList NameServers (ms)
     ConfigKey("peersCompareInterval", 30_000, OURS, guarded=True),
 ]
+#: keys Java's mqnamesrv reads from its ``-c`` file (NettyServerConfig's, 5.3.3) whose default here is not
+#: Java's, with Java's: loopback here, every address there (configStorePath leaves them out unless set)
+OURS_NOT_JAVAS_DEFAULT = {"bindAddress": "0.0.0.0"}
 #: the NameServer's own keys by name (never grown: a schema with more keys is a ConfigSchema of its own)
 KEYS_BY_NAME = {k.name: k for k in KEYS}
 ALWAYS_BLOCKED = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
@@ -709,17 +712,23 @@ class NamesrvConfig:
 
     def stored_text(self) -> str:
         """What UPDATE_NAMESRV_CONFIG writes to configStorePath: the answer's keys and the secrets
-        too (the operator's own file; without them the next start would lose its key password)."""
-        return self._text(with_secrets=True, kept=self.kept_in_store)
+        too (the operator's own file; without them the next start would lose its key password).
+        A key of OURS_NOT_JAVAS_DEFAULT at this server's default, set by no one, is written as the
+        file had it (Java wrote it) or not at all: Java's mqnamesrv ``-c`` on this file after a swap
+        back reads it (MixAll.properties2Object) and would bind where this server did, not where it did."""
+        keys = self.schema.by_name
+        unset = {name for name in OURS_NOT_JAVAS_DEFAULT if name in keys and name not in self.sources
+                 and self.values.get(name) == keys[name].default}
+        return self._text(with_secrets=True, kept=self.kept_in_store, unset=unset)
 
-    def _text(self, with_secrets: bool, kept: dict[str, str] | None = None) -> str:
-        kept = kept or {}
+    def _text(self, with_secrets: bool, kept: dict[str, str] | None = None, unset: set[str] | None = None) -> str:
+        kept, unset = kept or {}, unset or set()
         names = [n for n in self.listed_keys() if with_secrets or not is_secret(n)]
         names += [n for n in kept if n not in names]
         names = sorted(names) if self.profile.sorted_config_text else java_hash_order(names)
         lines = []
         for name in names:
-            value = self.values.get(name, self.extra.get(name))
+            value = kept.get(name) if name in unset else self.values.get(name, self.extra.get(name))
             if value is None:
                 value = kept.get(name)
             if value is not None:

@@ -135,6 +135,17 @@ def _lost_with(topic: str, departure: Departure | None) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class SystemTopicListShown:
+    """What GET_SYSTEM_TOPIC_LIST_FROM_NS's answer was made of (``system_topic_list_shown``): the
+    cluster names, each group of brokerAddrTable with whether it had an address, and the group
+    whose address it shows (None: none had one)."""
+
+    clusters: frozenset[str]
+    groups: dict[str, bool]
+    first: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class _LayeredView:
     get: Callable[[str], Mapping[str, QueueData] | None]
 
@@ -1355,9 +1366,7 @@ class RouteInfoManager:
         if not queues:
             return None
         names = self.group_order(queues)
-        table = self.brokerAddrTable
-        brokers = [BrokerData(broker.cluster, broker.brokerName, dict(broker.brokerAddrs), broker.zoneName,
-                              broker.enableActingMaster) for name in names if (broker := table.get(name)) is not None]
+        brokers = self.route_brokers(topic, queues, names)  # type: ignore[arg-type]
         filter_servers: dict[str, list[str]] = {}
         if self.filterServerTable:  # (a look-up an address only when any broker has filter servers)
             for clone in brokers:
@@ -1370,10 +1379,20 @@ class RouteInfoManager:
         route = RouteData([queues[n] for n in names], brokers, filter_servers)
         if self.profile.v5_bodies:
             route.topicQueueMappingByBroker = self.topicQueueMappingInfoTable.get(topic)  # type: ignore[arg-type]
-        if (self.profile.acting_master_routes and self.support_acting_master
-                and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)):  # type: ignore[union-attr]
-            self._apply_acting_master(route)
         return route
+
+    def route_brokers(self, topic: str, queues: Mapping[str, QueueData], names: Iterable[str]) -> list[BrokerData]:
+        """The BrokerData a route of ``topic`` shows for ``names`` (of its groups, in order): a copy of
+        each one brokerAddrTable holds, as Java's pickup copies, an acting master answered as id 0
+        (``_apply_acting_master``); what a lookup filtered by zone patches its kept route with, a
+        group at a time (zone_routes.py), as the whole route is picked up here."""
+        table = self.brokerAddrTable
+        brokers = [BrokerData(broker.cluster, broker.brokerName, dict(broker.brokerAddrs), broker.zoneName,
+                              broker.enableActingMaster) for name in names if (broker := table.get(name)) is not None]
+        if (self.profile.acting_master_routes and self.support_acting_master
+                and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)):
+            self._apply_acting_master(brokers, queues)
+        return brokers
 
     def group_order(self, names: Iterable[str]) -> list[str]:
         """``java_hash_order(names)`` for broker group names, each one's hash remembered (bounded by
@@ -1387,15 +1406,15 @@ class RouteInfoManager:
         return [names[i] for i in bucket_order(list(map(spreads.__getitem__, names)), table_size(len(names)) - 1)]
 
     @staticmethod
-    def _apply_acting_master(route: RouteData) -> None:
+    def _apply_acting_master(brokers: list[BrokerData], queues: Mapping[str, QueueData]) -> None:
         """supportActingMaster: a master-less group whose queues are read-only answers its
-        lowest-id slave as id 0."""
-        perms = {q.brokerName: q.perm for q in route.queueDatas}
-        for broker in route.brokerDatas:
+        lowest-id slave as id 0 (a QueueData is held under its own brokerName)."""
+        for broker in brokers:
             addrs = broker.brokerAddrs
             if not addrs or MASTER_ID in addrs or not broker.enableActingMaster:
                 continue
-            if broker.brokerName in perms and not perms[broker.brokerName] & PERM_WRITE:
+            queue = queues.get(broker.brokerName)
+            if queue is not None and not queue.perm & PERM_WRITE:
                 addrs[MASTER_ID] = addrs.pop(min(addrs))
 
     def all_topics(self) -> list[str]:
@@ -1415,16 +1434,45 @@ class RouteInfoManager:
 
     def system_topic_list(self) -> tuple[list[str], str | None]:
         """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster names and broker names (a set), plus one address."""
+        topics, addr, _ = self.system_topic_list_shown()
+        return topics, addr
+
+    def system_topic_list_shown(self) -> tuple[list[str], str | None, SystemTopicListShown]:
+        """``system_topic_list`` and what it was made of (Java's getSystemTopicList, 4.9.8 and 5.3.3
+        alike): every cluster name and every group name in clusterAddrTable, and the first address
+        of the first group, in brokerAddrTable's order, that has one."""
+        table = self.brokerAddrTable
         topics = dict.fromkeys(self.clusterAddrTable)
         for names in self.clusterAddrTable.values():
             topics.update(names)
-        addr = None
-        for name in self.group_order(self.brokerAddrTable):
-            addrs = self.brokerAddrTable[name].brokerAddrs
+        addr = first = None
+        for name in self.group_order(table):
+            addrs = table[name].brokerAddrs
             if addrs:
-                addr = addrs[java_hash_order(addrs)[0]]
+                addr, first = addrs[java_hash_order(addrs)[0]], name
                 break
-        return list(topics), addr
+        shown = SystemTopicListShown(frozenset(self.clusterAddrTable),
+                                     {name: bool(broker.brokerAddrs) for name, broker in table.items()}, first)
+        return list(topics), addr, shown
+
+    def system_topic_list_changed(self, shown: SystemTopicListShown, groups: Iterable[str | None]) -> bool:
+        """Whether a change of ``groups`` (a RouteChange's, left ones included) changed what
+        ``system_topic_list`` shows, in a look at each and one at the cluster names: a group's
+        entry or leaving changes the group names and brokerAddrTable's order (a group in
+        brokerAddrTable is in its cluster's names, and a name joins a cluster only by a
+        registration, which puts its group in brokerAddrTable: its presence says its membership),
+        a group getting or losing its addresses which group shows one, and the shown group's
+        addresses the address.  A change of a group's topics, zone or flags shows nowhere here."""
+        if self.clusterAddrTable.keys() != shown.clusters:
+            return True
+        table, had = self.brokerAddrTable, shown.groups
+        for name in groups:
+            if name == shown.first or name is None:
+                return True
+            broker = table.get(name)
+            if had.get(name) != (None if broker is None else bool(broker.brokerAddrs)):
+                return True
+        return False
 
     def unit_topics(self, test: Callable[[int], bool], among: list[str] | None = None) -> list[str]:
         """Topics whose first QueueData (Java's HashMap order) passes ``test`` on topicSysFlag: of

@@ -302,6 +302,10 @@ class NamesrvCollector(Collector):
         for error in sorted(set(self.metrics.log_lines_lost) | set(LOG_ERRORS)):
             lost.add_metric([error], self.metrics.log_lines_lost[error])
         yield lost
+        yield CounterMetricFamily("namesrv_systemd_watchdog_failures", "WATCHDOG=1 messages systemd could not be "
+                                  "sent (WatchdogSec; NOTIFY_SOCKET gone or refused): the first of a run is one "
+                                  "warning line, and one more when it is sent again",
+                                  value=self.metrics.watchdog_failures)
         yield GaugeMetricFamily("namesrv_config_unsaved", "1 while a runtime configuration change "
                                 "(updateNamesrvConfig) is in memory only, its save to configStorePath failed (a "
                                 "read-only file: a ConfigMap): a restart goes back to the file",
