@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
+import time
 
 import pytest
 from twisted.internet import address, task
 from twisted.internet.testing import StringTransportWithDisconnection
 
 from tests import built
+from tests.support import python_calls_run
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
+from twisted_namesrv.clocks import WallClockReactor, on_monotonic_time
 from twisted_namesrv.context import NamesrvState
 from twisted_namesrv.dispatch import Dispatcher
 from twisted_namesrv.metrics import Metrics
@@ -270,6 +274,27 @@ def test_every_connection_closes_when_idle_on_one_timer(harness):
     assert not chatty_transport.connected
     assert [reason for _, reason in harness.closed] == ["idle: no request for 120 s"] * 3
     assert harness.clock.getDelayedCalls() == []
+
+
+def test_a_read_stamps_the_idle_watch_with_the_reactors_own_clock(tmp_path):
+    """Every read of every connection stamps its idle watch: in a server (its reactor on the
+    monotonic clock, seen by the owners through clocks.WallClockReactor) with ``time.monotonic``
+    itself, a C call, no Python call but ``heard``'s (through the owners' steady clock it was two
+    a read, a first registration's and a lookup's alike); the timer, on the reactor's clock, is
+    due when it was."""
+    clock = task.Clock()
+    view = on_monotonic_time(clock)
+    assert isinstance(view, WallClockReactor)
+    factory = built.factory(built.dispatcher(NamesrvConfig({"kvConfigPath": str(tmp_path / "kv.json"),
+                                                            "configStorePath": str(tmp_path / "ns.properties")},
+                                                           schema=SERVER_SCHEMA), view), view, 1 << 20, IDLE)
+    watch = factory.idle_watch
+    assert watch.seconds is time.monotonic
+    proto = factory.buildProtocol(address.IPv4Address("TCP", "127.0.0.1", 40000))
+    watch.heard(proto)  # (connected: the one call is scheduled)
+    assert python_calls_run(functools.partial(watch.heard, proto)) == 1  # a read
+    (call,) = clock.getDelayedCalls()
+    assert IDLE - 1 < call.getTime() - time.monotonic() <= IDLE
 
 
 def test_idle_timeout_zero_disables_it(tmp_path):

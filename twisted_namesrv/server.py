@@ -27,7 +27,7 @@ from zope.interface import implementer
 
 from . import CannotStart
 from .budget import FdBudget, MemoryBudget, count_open_fds, open_file_limit
-from .clocks import steady_seconds
+from .clocks import underlying
 from .context import Peer
 from .dispatch import Dispatcher, Later
 from .lean_transport import LeanServer
@@ -394,9 +394,12 @@ class IdleWatch:
 
     def __init__(self, clock: interfaces.IReactorTime, factory: RemotingFactory) -> None:
         self.clock = clock
-        #: when a connection was heard from, on the clock its timer ran on: the monotonic one (a
-        #: real server's; a wall clock stepped back would hold every connection for the step)
-        self.seconds = steady_seconds(clock)
+        #: when a connection was heard from, on the clock its timer runs on: the reactor's own, the
+        #: monotonic one in a real server (a wall clock stepped back would hold every connection for
+        #: the step), read as ``time.monotonic`` itself, a C call: every read of every connection
+        #: stamps it (through the owners' steady clock, a Python call more a read, whose offset the
+        #: timer's distance ``_call_when_due`` works out cancels)
+        self.seconds = underlying(clock).seconds
         self.factory = factory
         #: each watched connection and when it was last heard from, the longest silent first
         self.last_heard: dict[RemotingProtocol, float] = {}

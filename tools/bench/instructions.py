@@ -67,7 +67,8 @@ UNTIMED = HOLD_TIMERS + "; from twisted_namesrv.__main__ import main; main()"
 
 
 def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 1, lookups: int = 0,
-          spread: float | None = None, storm: float | None = None, kept_lookup: bool = False) -> int:
+          spread: float | None = None, storm: float | None = None, kept_lookup: bool = False,
+          layer: str | None = None) -> int:
     """The server's instructions from its start to its last answer, ``brokers`` of the step
     registered (each table sent ``sends`` times, the curve's way: all once, then all again), then
     ``lookups`` route lookups in a closed loop on one connection (the curve's probe's, without its
@@ -75,13 +76,20 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
     ``spread``: the brokers' tables sent that many seconds apart in all, not 8 in flight (curve.send_all);
     ``storm``: so the sends after the first (a storm's heartbeats, the curve's spread over its second);
     ``kept_lookup``: the probe's topic looked up twice first (its answer kept, as the curve's probe's
-    is, its broker connected throughout: ``keep_lookup``)."""
+    is, its broker connected throughout: ``keep_lookup``); ``layer``: only what runs inside that
+    function's calls (``layers.py``'s rule and names: each call routed through ``operator.call``,
+    which callgrind alone counts), its callees included."""
     tables = curve.broker_tables(step)[:brokers]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
     out = scratch / "callgrind.out"
-    command = (f"valgrind --tool=callgrind --callgrind-out-file={shlex.quote(str(out))}.%p {shlex.quote(python)} "
-               f"-c {shlex.quote(UNTIMED)} --port {{port}} --bind 127.0.0.1 --data-dir {{data_dir}} "
+    code, only = UNTIMED, ""
+    if layer is not None:
+        code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import layers; "
+                f"layers.COUNTING[0] = True; layers.wrap({layer!r}); {UNTIMED}")
+        only = "--collect-atstart=no --toggle-collect=_operator_call "
+    command = (f"valgrind --tool=callgrind {only}--callgrind-out-file={shlex.quote(str(out))}.%p {shlex.quote(python)} "
+               f"-c {shlex.quote(code)} --port {{port}} --bind 127.0.0.1 --data-dir {{data_dir}} "
                "--compat {compat}")
     curve.REPO = tree  # the server's working directory: its code
     server = curve.Server(command, scratch, "counted", step=step)
@@ -181,6 +189,9 @@ def main() -> None:
                    help="every broker's table sent at once (as after a restart), not 8 in flight")
     p.add_argument("--lookups", type=int, default=0, metavar="N",
                    help="count a route lookup instead: N, then 2N in a closed loop on one connection (--fewer brokers)")
+    p.add_argument("--layer", metavar="L",
+                   help="count only inside this function's calls, its callees included (layers.py's names: "
+                        "module:Class:name or module::name), e.g. twisted_namesrv.server:RemotingProtocol:dataReceived")
     p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server is counted (this one)")
     p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
                    help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
@@ -206,8 +217,10 @@ def main() -> None:
               f"and {again:,})", flush=True)
         return
     spread = 1e-6 if a.at_once else None
-    fewer, more = (count(a.tree.resolve(), step, n, a.python, spread=spread) for n in (a.fewer, a.more))
-    print(f"{a.tree}: {(more - fewer) / (a.more - a.fewer) / 1e6:.3f} M instructions a first registration "
+    fewer, more = (count(a.tree.resolve(), step, n, a.python, spread=spread, layer=a.layer)
+                   for n in (a.fewer, a.more))
+    within = "" if a.layer is None else f" within {a.layer}"
+    print(f"{a.tree}: {(more - fewer) / (a.more - a.fewer) / 1e6:.3f} M instructions a first registration{within} "
           f"({a.step}, {a.fewer:,} and {a.more:,} brokers{', at once' if a.at_once else ''}: {fewer:,} and {more:,})",
           flush=True)
 
