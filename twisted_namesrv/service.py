@@ -34,8 +34,11 @@ from .budget import (
     default_budget,
     descriptor_room,
     fd_limit_warning,
+    machine_limit,
     make_table_room,
+    memory_limit_warning,
     open_file_limit,
+    resident_bytes,
 )
 from .clocks import PROCESS_KEEP_TIMERS, owners_view, since_now, steady_seconds, underlying
 from .context import NamesrvState
@@ -645,6 +648,9 @@ class NamesrvService(service.MultiService):
         unbound = sum(listener.port is None for listener in self.listeners())
         warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve,
                                    (count_open_fds() or 0) + unbound + self.fds.headroom)
+        if warning:
+            log.warn("{warning}", warning=warning)
+        warning = memory_limit_warning(self.state.budget.limit, resident_bytes(), machine_limit())
         if warning:
             log.warn("{warning}", warning=warning)
         self._lock_and_bind()  # python -m twisted_namesrv starts without the privileged step
