@@ -108,6 +108,10 @@ def check_paths(config: NamesrvConfig) -> None:
                 raise ConfigError(f"{key}={config[key]}: {cause}")
 
 
+#: how often the stores' directories are checked for being still there (data_lock.StoreLock.check)
+DATA_DIR_CHECK_SECONDS = 5.0
+
+
 def store_directories(config: NamesrvConfig) -> list[Path]:
     """The directories the server writes its stores to (the KV store's, the topology's, the events',
     the route snapshot's): each locked while it runs (data_lock.py)."""
@@ -493,6 +497,8 @@ class NamesrvService(service.MultiService):
         ClockedTimerService(FLAP_TICK_SECONDS, self.seen.flaps.tick, reactor).setServiceParent(self)
         # a reactor that did not turn for a while (SIGSTOP, a paused VM) says so once it turns again
         ClockedTimerService(stalls.TICK_SECONDS, self.seen.stalls.tick, reactor).setServiceParent(self)
+        # a data directory removed while running (rm -rf, a restore over it): locked again, its stores rewritten
+        ClockedTimerService(DATA_DIR_CHECK_SECONDS, self.check_data_dirs, reactor).setServiceParent(self)
         watchdog = sdnotify.watchdog_service(reactor)  # systemd's WatchdogSec: a hung reactor is restarted
         if watchdog is not None:
             watchdog.setServiceParent(self)
@@ -637,6 +643,30 @@ class NamesrvService(service.MultiService):
         except BaseException:
             self._release_lock(undo=True)
             raise
+
+    def check_data_dirs(self) -> None:
+        """A store directory whose lock file is gone (data_lock.StoreLock.check: the directory removed,
+        moved or restored over while running): locked again, said once, counted as a store that could
+        not be kept (NamesrvStoreNotWritten), a page event, and every store there written again from
+        memory at once. Before, nothing said so: the KV store was written again only at its next change,
+        a restart meanwhile started with none, and a second server could lock the directory."""
+        if self.data_lock is None:
+            return
+        for directory in self.data_lock.check():
+            self.metrics.store_failures["dataDirectory", "removed"] += 1
+            text = (f"{directory} lost its lock file while the server ran (the directory removed, moved or "
+                    f"restored over): locked again, and the stores kept there written again from memory "
+                    f"(the KV config, the route snapshot, the topology, the events; the starts' count at the "
+                    f"clean stop); anything else that was there (namesrv.properties, the controller's log) "
+                    f"is not: restore it from a backup")
+            log.warn("{text}", text=text, directory=str(directory))
+            self.seen.events.feed_event("data_dir_removed", {"reason": text})
+            if Path(self.config["kvConfigPath"]).parent == directory:
+                self.state.kv.write_again()
+            for store, path in ((self.topology, topology_path(self.config)), (self.events, events_path(self.config)),
+                                (self.snapshots, Path(self.config["routeSnapshotPath"] or "."))):
+                if store is not None and path.parent == directory:
+                    store.write_again()
 
     def _release_lock(self, undo: bool = False) -> None:
         if self.data_lock is not None:
