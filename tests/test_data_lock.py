@@ -227,3 +227,51 @@ def test_namesrv_umask_is_taken_when_set_and_a_bad_one_cannot_start() -> None:
         assert os.umask(0o022) == 0o022  # a refused one changed nothing
     finally:
         os.umask(previous)
+
+
+TRY_LOCK = """
+import sys
+from pathlib import Path
+from twisted_namesrv import CannotStart
+from twisted_namesrv.data_lock import lock_stores
+try:
+    lock_stores([Path(sys.argv[1])], wait=0)
+except CannotStart as exc:
+    print(exc)
+else:
+    print("locked")
+"""
+
+
+def test_a_data_dir_removed_while_running_is_locked_again_and_its_stores_written_again(tmp_path: Path) -> None:
+    """rm -rf of a running server's data directory: nothing said so, the KV store came back only at the
+    next KV change (a restart meanwhile started with no KV config), and a second server started on the
+    directory took a lock nobody held, both writing there. Now the next check locks it again, says so,
+    counts it and writes every store kept there from memory."""
+    import shutil
+
+    from twisted.internet import task
+
+    from tests.support import server_config
+    from twisted_namesrv.service import NamesrvService, store_directories
+
+    data = tmp_path / "data"
+    config = server_config(data)
+    service = NamesrvService.from_config(config, reactor=task.Clock())
+    service.data_lock = lock_stores(store_directories(config))
+    service.data_lock.note("pid 4242, listening on 127.0.0.1:9876")
+    service.state.kv.put("ns", "k1", "v1")
+    service.check_data_dirs()
+    assert service.metrics.store_failures["dataDirectory", "removed"] == 0  # still there: nothing done
+    shutil.rmtree(data)
+    with capturedLogs() as logged:
+        service.check_data_dirs()
+    assert (data / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k1":"v1"}}}'
+    assert service.metrics.store_failures["dataDirectory", "removed"] == 1
+    assert [e for e in logged if "lost its lock file" in e.get("text", "")]
+    assert service.seen.events.recent[-1].kind == "data_dir_removed"
+    second = subprocess.run([sys.executable, "-c", TRY_LOCK, str(data)], capture_output=True, text=True, timeout=60)
+    assert "in use by another NameServer (pid 4242, listening on 127.0.0.1:9876)" in second.stdout
+    service.check_data_dirs()  # once
+    assert service.metrics.store_failures["dataDirectory", "removed"] == 1
+    service.data_lock.release()

@@ -14,8 +14,9 @@ from twisted.internet.testing import StringTransport
 from twisted.logger import capturedLogs
 
 from tests.support import server_config
+from twisted_namesrv import budget as budget_module
 from twisted_namesrv.bodies.register import RegisterBodyError, decode_register_body
-from twisted_namesrv.budget import AUTO_MAX, AUTO_MIN, MemoryBudget, default_budget
+from twisted_namesrv.budget import AUTO_MAX, MemoryBudget, default_budget, memory_limit_warning
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService
@@ -106,13 +107,72 @@ def test_a_zip_bomb_registration_is_answered_with_an_error_within_the_budget(tmp
 
 
 def test_the_default_budget_is_a_quarter_of_the_machine_within_bounds(monkeypatch):
-    import twisted_namesrv.budget as budget
-
     for limit, expected in ((None, AUTO_MAX), (64 * 1024 * MiB, AUTO_MAX), (512 * MiB, 128 * MiB),
-                            (100 * MiB, AUTO_MIN)):
-        monkeypatch.setattr(budget, "machine_limit", lambda limit=limit: limit)
+                            (160 * MiB, 40 * MiB), (100 * MiB, 32 * MiB)):
+        monkeypatch.setattr(budget_module, "machine_limit", lambda limit=limit: limit)
         assert default_budget(16 * MiB) == expected
     assert default_budget(200 * MiB) == 400 * MiB  # two of the largest frames always fit
+
+
+def test_under_a_small_limit_the_default_budget_leaves_room_for_the_server(tmp_path, monkeypatch):
+    """In a 128 MiB cgroup the default was 64 MiB (a floor of its own): 40 peers each sending all but
+    the last byte of a 16 MiB frame had the kernel kill the server (56 MiB at rest, its frames' buffers
+    twice what the budget counts); within 32 MiB it refused 39 of them, named and counted, peak 99 MiB."""
+    monkeypatch.setattr(budget_module, "machine_limit", lambda: 128 * MiB)
+    held = default_budget(16 * MiB)
+    assert held == 32 * MiB
+    assert memory_limit_warning(held, 56 * MiB, 128 * MiB) is None
+    service = NamesrvService.from_config(server_config(tmp_path), reactor=task.Clock())
+    assert service.state.budget.limit == 32 * MiB
+    stalled = start_of_frame(16 * MiB - 8)  # within frameMaxLength, its prefix counted
+    wires = []
+    for peer in range(40):  # each stalls a frame short of its last byte: a count, not a time
+        proto, wire = connect(service, peer)
+        proto.dataReceived(stalled)
+        wires.append(wire)
+        assert service.state.budget.held <= 32 * MiB
+    closed = sum(wire.disconnecting for wire in wires)
+    assert closed >= 39 and service.state.refusals.counts["remoting", "memory_budget"] == closed
+
+
+def test_a_limit_the_budget_does_not_fit_in_is_said_at_the_start():
+    """In a 96 MiB cgroup with the default frameMaxLength (16 MiB: a budget of two frames at least) the
+    stall above had the kernel kill the server, no line of its own: the start says so, and what to raise."""
+    text = memory_limit_warning(32 * MiB, 55 * MiB, 96 * MiB)
+    assert text is not None
+    assert text.startswith("memory limit 96 MiB ")
+    assert "leaves 41 MiB above what the server holds at start (55 MiB)" in text
+    assert "within receiveMemoryBudget (32 MiB)" in text and "OOM kill" in text
+    assert "raise the limit to at least 119 MiB (systemd MemoryMax=, the pod's limits.memory)" in text
+    assert memory_limit_warning(32 * MiB, 55 * MiB, 119 * MiB) is None  # 55 + 2 x 32 fits
+    assert memory_limit_warning(32 * MiB, None, 96 * MiB) is None  # nothing to compare
+    assert memory_limit_warning(32 * MiB, 55 * MiB, None) is None
+
+
+def test_the_limit_is_read_from_the_cgroup_the_process_is_in(tmp_path, monkeypatch):
+    """Only the top of /sys/fs/cgroup was read: under a systemd unit's MemoryMax (cgroup v2, no cgroup
+    namespace) the top is the host's, with no limit, and under cgroup v1 the file is another; in a
+    96 MiB v1 cgroup the server served the machine's 25 GB as namesrv_memory_limit_bytes, budgeted
+    256 MiB and was killed by the kernel under 40 stalled 16 MiB frames."""
+    unit = tmp_path / "system.slice" / "namesrv.service"
+    unit.mkdir(parents=True)
+    (unit / "memory.max").write_text("100663296\n")  # MemoryMax=96M
+    (unit.parent / "memory.max").write_text("max\n")
+    (tmp_path / "memory" / "docker").mkdir(parents=True)  # a v1 container: its own cgroup at the top
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (tmp_path / "memory" / "docker" / "memory.limit_in_bytes").write_text("67108864\n")
+    membership = tmp_path / "self-cgroup"
+    membership.write_text("0::/system.slice/namesrv.service\n")
+    assert min(budget_module.cgroup_memory_limits(tmp_path, membership)) == 100663296
+    membership.write_text("4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/\n")
+    assert sorted(budget_module.cgroup_memory_limits(tmp_path, membership)) == [67108864, 9223372036854771712]
+    membership.write_text("4:memory:/../../etc\n")  # never read outside the mount
+    assert sorted(budget_module.cgroup_memory_limits(tmp_path, membership)) == [9223372036854771712]
+    monkeypatch.setattr(budget_module, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(budget_module, "PROC_SELF_CGROUP", membership)
+    membership.write_text("0::/system.slice/namesrv.service\n")
+    assert budget_module.machine_limit() <= 100663296
+    assert default_budget(16 * MiB) == 32 * MiB
 
 
 def test_a_budget_below_one_frame_stops_the_start_naming_the_key(tmp_path):

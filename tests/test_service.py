@@ -22,7 +22,7 @@ from twisted.internet import reactor, task
 from twisted.logger import capturedLogs
 
 from tests.support import answer_to, connect, free_port, server_config, start_server
-from twisted_namesrv import CannotStart, tap
+from twisted_namesrv import CannotStart, port_holders, tap
 from twisted_namesrv.remoting import RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.schema import SERVER_SCHEMA
@@ -504,7 +504,9 @@ def test_a_busy_metrics_port_stops_the_server_naming_it(tmp_path):
                                  "--data-dir", str(tmp_path)], cwd=tmp_path, env=subprocess_env(tmp_path),
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
-    reason = f"cannot listen on 127.0.0.1:{port} (metricsPort): Address already in use"
+    # which process holds it (here this one): "Address already in use" alone sent someone to ss -ltnp
+    held = f"; held by pid {os.getpid()} ({port_holders.command_of(Path('/proc', str(os.getpid())))})"
+    reason = f"cannot listen on 127.0.0.1:{port} (metricsPort): Address already in use{held}"
     assert result.stderr.splitlines()[-1] == f"namesrv: cannot start: {reason}"
 
 

@@ -267,3 +267,19 @@ def test_the_installed_service_feeds_the_watchdog(installed, tmp_path):
         assert server.returncode == 0, output
     assert f"READY=1\nSTATUS=serving on 127.0.0.1:{port}\n" in messages, messages
     assert messages.count("WATCHDOG=1\n") == 3, messages
+
+
+def test_the_unit_limits_memory_with_room_for_the_budget(monkeypatch):
+    """The unit had no MemoryMax: a server growing without bound took the host's memory, and the
+    budget (receiveMemoryBudget: a quarter of the limit) is sized by it. Its limit is the Kubernetes
+    manifest's, and what the server holds at rest (56 MiB with the metrics port, measured) plus twice
+    the default budget (peers' frames' buffers) fits in it: no warning at the start."""
+    from twisted_namesrv import budget
+
+    limit = int(unit()["Service"]["MemoryMax"].removesuffix("M")) * 1024 * 1024
+    manifest = (REPO / "deploy" / "kubernetes" / "namesrv.yaml").read_text(encoding="utf-8")
+    assert f"memory: {limit // (1024 * 1024)}Mi}}" in manifest  # the pod's limits.memory
+    monkeypatch.setattr(budget, "machine_limit", lambda: limit)
+    held = budget.default_budget(16 * 1024 * 1024)
+    assert held == 128 * 1024 * 1024
+    assert budget.memory_limit_warning(held, 56 * 1024 * 1024, limit) is None

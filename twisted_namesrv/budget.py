@@ -26,9 +26,14 @@ from .state.config import DEFAULT_FD_RESERVE
 from .state.files import TEXT_FILE_LIMIT, read_regular_text
 
 MiB = 1024 * 1024
-#: the default's ceiling and floor: a quarter of what the machine allows, within these
-AUTO_MAX, AUTO_MIN = 256 * MiB, 64 * MiB
-CGROUP_MEMORY_MAX = Path("/sys/fs/cgroup/memory.max")
+#: the default's ceiling: a quarter of what the machine allows, at most this
+AUTO_MAX = 256 * MiB
+#: what peers' unfinished frames cost in resident memory at most, for each byte of them the budget counts
+#: (their buffers grown as the bytes come: tools/memory_peak.py's stall under a 400 MiB cgroup took a
+#: server of 56 MiB at rest to 120 MiB within a 32 MiB budget, to 151 MiB within 64 MiB)
+RESIDENT_PER_BUDGET_BYTE = 2
+#: where the cgroup hierarchies are mounted, and which cgroup of each this process is in
+CGROUP_ROOT, PROC_SELF_CGROUP = Path("/sys/fs/cgroup"), Path("/proc/self/cgroup")
 
 
 class Holder(Hashable, Protocol):
@@ -75,18 +80,14 @@ class MemoryBudget:
 
 
 def machine_limit() -> int | None:
-    """The least of physical memory, the cgroup's memory.max and RLIMIT_AS/RLIMIT_DATA, in bytes."""
+    """The least of physical memory, the cgroup's memory limit (``cgroup_memory_limits``) and
+    RLIMIT_AS/RLIMIT_DATA, in bytes."""
     limits: list[int] = []
     try:
         limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError):
         pass
-    try:
-        text = read_regular_text(CGROUP_MEMORY_MAX, TEXT_FILE_LIMIT).strip()
-        if text.isdigit():
-            limits.append(int(text))
-    except OSError:
-        pass
+    limits.extend(cgroup_memory_limits())
     for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
         soft = resource.getrlimit(which)[0]
         if soft != resource.RLIM_INFINITY:
@@ -94,12 +95,76 @@ def machine_limit() -> int | None:
     return min(limits) if limits else None
 
 
+def cgroup_memory_limits(root: Path | None = None, membership: Path | None = None) -> list[int]:
+    """Every memory limit set on this process's cgroup and the cgroups above it, in bytes: cgroup v2's
+    ``memory.max``, v1's ``memory.limit_in_bytes`` (``/proc/self/cgroup`` names the cgroup under the
+    mount).  Not only the mount's top: a systemd unit's MemoryMax (no cgroup namespace) is on
+    ``/sys/fs/cgroup/system.slice/namesrv.service/memory.max``, and the top of the mount is the host's,
+    with no limit; a container without a cgroup namespace (v1) sees its own cgroup at the top while
+    ``/proc/self/cgroup`` names the host's path, which is not there (so each cgroup above is read too)."""
+    root = CGROUP_ROOT if root is None else root
+    membership = PROC_SELF_CGROUP if membership is None else membership
+    try:
+        lines = read_regular_text(membership, TEXT_FILE_LIMIT).splitlines()
+    except (OSError, UnicodeDecodeError):
+        lines = []
+    places = {(root, "memory.max"), (root / "memory", "memory.limit_in_bytes")}  # a container's own, at least
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":
+            top, name = root, "memory.max"  # cgroup v2's one hierarchy
+        elif "memory" in controllers.split(","):
+            top, name = root / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        cgroup = top.joinpath(*(part for part in path.split("/") if part not in ("", ".", "..")))
+        places.update((above, name) for above in (cgroup, *cgroup.parents) if above.is_relative_to(top))
+    limits: list[int] = []
+    for directory, name in places:
+        try:
+            text = read_regular_text(directory / name, TEXT_FILE_LIMIT).strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.isdigit():  # "max" (v2) or v1's 9223372036854771712 (taken, the machine's is less): no limit
+            limits.append(int(text))
+    return limits
+
+
 def default_budget(frame_max_length: int) -> int:
-    """``receiveMemoryBudget=0``: a quarter of what the machine allows, within AUTO_MIN..AUTO_MAX,
-    and at least two whole frames (one peer's biggest request must always fit)."""
+    """``receiveMemoryBudget=0``: a quarter of what the machine allows (AUTO_MAX without a limit or
+    past 1 GiB), and at least two whole frames (one peer's biggest request must always fit;
+    ``memory_limit_warning`` says when that leaves the limit too small).  No floor of its own: one of
+    64 MiB under a 96 MiB cgroup let 40 peers each sending 16 MiB of a frame have the kernel kill the
+    server (56 MiB at rest) where the budget would have refused them."""
     limit = machine_limit()
-    quarter = AUTO_MAX if limit is None else limit // 4
-    return max(min(quarter, AUTO_MAX), AUTO_MIN, 2 * frame_max_length)
+    quarter = AUTO_MAX if limit is None else min(limit // 4, AUTO_MAX)
+    return max(quarter, 2 * frame_max_length)
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (``/proc/self/statm``), None where it cannot be read."""
+    try:
+        pages = int(read_regular_text("/proc/self/statm", TEXT_FILE_LIMIT).split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def memory_limit_warning(budget: int, resident: int | None, limit: int | None) -> str | None:
+    """The start's warning when what the process holds already (``resident``) and what peers may make
+    it hold (``budget``, receiveMemoryBudget) do not fit in its memory ``limit`` (machine_limit), else
+    None: past the limit the kernel kills it (an OOM kill: SIGKILL, no line of its own), where the budget
+    would have refused the peers that filled it, named and counted."""
+    needs = resident + RESIDENT_PER_BUDGET_BYTE * budget if resident is not None else 0
+    if limit is None or resident is None or needs <= limit:
+        return None
+    return (f"memory limit {limit // MiB} MiB (the least of the machine's, the cgroup's memory limit and ulimit -v) "
+            f"leaves {max(0, limit - resident) // MiB} MiB above what the server holds at start ({resident // MiB} "
+            f"MiB), less than the {RESIDENT_PER_BUDGET_BYTE * budget // MiB} MiB peers' frames may make it hold "
+            f"within receiveMemoryBudget ({budget // MiB} MiB): a burst of them has the kernel kill it (an OOM kill, "
+            f"no line of its own) before the budget refuses them; raise the limit to at least "
+            f"{-(-needs // MiB)} MiB (systemd MemoryMax=, the pod's limits.memory) or lower frameMaxLength "
+            f"(receiveMemoryBudget at least twice it)")
 
 
 #: descriptors past the reserve that only the HTTP port may take: a flood of remoting or controller

@@ -47,16 +47,54 @@ class StoreLock:
     def __init__(self, held: dict[Path, int], made: list[Path] | None = None) -> None:
         self.held = held
         self.made = made or []
+        self.noted = ""
 
     def note(self, what: str) -> None:
         """Write who holds the locks (``what``: the pid and address) into each lock file, for the
         next server's message."""
+        self.noted = what
         for fd in self.held.values():
             try:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, what.encode() + b"\n", 0)
             except OSError:
                 pass  # a full disk: the lock holds all the same, unnamed
+
+    def check(self) -> list[Path]:
+        """The directories whose lock file is no longer the one this server locked (removed with its
+        directory by an ``rm -rf``, the directory moved or replaced by a restore), each locked again (a
+        new lock file, its directory made again): a second server started on it meanwhile would have
+        taken a lock nobody held, and both would write there.  Told by the caller."""
+        lost = []
+        for directory, fd in list(self.held.items()):
+            try:
+                there = os.stat(directory / LOCK_FILE, follow_symlinks=False)
+                held = os.fstat(fd)
+                if (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino):
+                    continue
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue  # cannot tell (a permission taken away): left as it is
+            lost.append(directory)
+            os.close(fd)
+            del self.held[directory]
+            again = _open(directory, [])
+            if again is None:
+                continue  # said (_unlockable)
+            try:
+                fcntl.lockf(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _holder(again) if exc.errno in (errno.EACCES, errno.EAGAIN) else exc.strerror
+                log.critical("{directory} is locked by another NameServer ({holder}), started there after this "
+                             "one's lock file was removed: both write its stores; stop one of them",
+                             directory=str(directory), holder=holder)
+                os.close(again)
+                continue
+            self.held[directory] = again
+            if self.noted:
+                self.note(self.noted)
+        return lost
 
     def release(self, undo: bool = False) -> None:
         """Let the locks go; ``undo``: the start failed, remove what taking them made."""

@@ -175,6 +175,11 @@ class EventLogService(StepTimerService):
                                                 f"{after}; the {len(restored)} events below are from before"})
         return len(restored)
 
+    def write_again(self) -> None:
+        """The file is gone (its data directory removed while running): written at the next check,
+        changed or not."""
+        self._saved = -1
+
     def save_if_changed(self, now: bool = False) -> None:
         """Write the events when they changed since the last write: in a thread (file_writer.py),
         or ``now`` in this one (the stop)."""

@@ -11,6 +11,7 @@ other direction: a oneway push to a broker on a connection of its own (both list
 
 from __future__ import annotations
 
+import errno
 import itertools
 import sys
 from collections import Counter
@@ -32,6 +33,7 @@ from .context import Peer
 from .dispatch import Dispatcher, Later
 from .lean_transport import LeanServer
 from .metrics import Metrics
+from .port_holders import held_by
 from .reactor import serve_after_clients
 from .refusals import LimitLog, Refusals, peer_host, peer_text
 from .remoting import FrameDecoder, RemotingDecodeError
@@ -763,6 +765,8 @@ class Listener(service.Service):
         except CannotListenError as exc:
             cause = exc.socketError.strerror if isinstance(exc.socketError, OSError) else str(exc.socketError)
             reason = f"cannot listen on {self.interface}:{self.port_number} ({self.name}): {cause}"
+            if getattr(exc.socketError, "errno", None) == errno.EADDRINUSE:
+                reason += held_by(self.port_number)  # which process: the Java NameServer, a second one of ours
             log.critical("cannot start: {reason}", reason=reason)
             raise CannotStart(reason) from None
 

@@ -34,8 +34,11 @@ from .budget import (
     default_budget,
     descriptor_room,
     fd_limit_warning,
+    machine_limit,
     make_table_room,
+    memory_limit_warning,
     open_file_limit,
+    resident_bytes,
 )
 from .clocks import PROCESS_KEEP_TIMERS, owners_view, since_now, steady_seconds, underlying
 from .context import NamesrvState
@@ -103,6 +106,10 @@ def check_paths(config: NamesrvConfig) -> None:
             cause = unwritable(config[key])
             if cause:
                 raise ConfigError(f"{key}={config[key]}: {cause}")
+
+
+#: how often the stores' directories are checked for being still there (data_lock.StoreLock.check)
+DATA_DIR_CHECK_SECONDS = 5.0
 
 
 def store_directories(config: NamesrvConfig) -> list[Path]:
@@ -497,6 +504,8 @@ class NamesrvService(service.MultiService):
             ClockedTimerService(heap.TICK_SECONDS, self.heap_trim.tick, reactor).setServiceParent(self)
         else:
             self.heap_trim = None
+        # a data directory removed while running (rm -rf, a restore over it): locked again, its stores rewritten
+        ClockedTimerService(DATA_DIR_CHECK_SECONDS, self.check_data_dirs, reactor).setServiceParent(self)
         # systemd's WatchdogSec: a hung reactor is restarted
         watchdog = sdnotify.watchdog_service(reactor, failed=self.metrics.watchdog_failed)
         if watchdog is not None:
@@ -643,6 +652,30 @@ class NamesrvService(service.MultiService):
             self._release_lock(undo=True)
             raise
 
+    def check_data_dirs(self) -> None:
+        """A store directory whose lock file is gone (data_lock.StoreLock.check: the directory removed,
+        moved or restored over while running): locked again, said once, counted as a store that could
+        not be kept (NamesrvStoreNotWritten), a page event, and every store there written again from
+        memory at once. Before, nothing said so: the KV store was written again only at its next change,
+        a restart meanwhile started with none, and a second server could lock the directory."""
+        if self.data_lock is None:
+            return
+        for directory in self.data_lock.check():
+            self.metrics.store_failures["dataDirectory", "removed"] += 1
+            text = (f"{directory} lost its lock file while the server ran (the directory removed, moved or "
+                    f"restored over): locked again, and the stores kept there written again from memory "
+                    f"(the KV config, the route snapshot, the topology, the events; the starts' count at the "
+                    f"clean stop); anything else that was there (namesrv.properties, the controller's log) "
+                    f"is not: restore it from a backup")
+            log.warn("{text}", text=text, directory=str(directory))
+            self.seen.events.feed_event("data_dir_removed", {"reason": text})
+            if Path(self.config["kvConfigPath"]).parent == directory:
+                self.state.kv.write_again()
+            for store, path in ((self.topology, topology_path(self.config)), (self.events, events_path(self.config)),
+                                (self.snapshots, Path(self.config["routeSnapshotPath"] or "."))):
+                if store is not None and path.parent == directory:
+                    store.write_again()
+
     def _release_lock(self, undo: bool = False) -> None:
         if self.data_lock is not None:
             self.data_lock.release(undo)
@@ -653,6 +686,9 @@ class NamesrvService(service.MultiService):
         unbound = sum(listener.port is None for listener in self.listeners())
         warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve,
                                    (count_open_fds() or 0) + unbound + self.fds.headroom)
+        if warning:
+            log.warn("{warning}", warning=warning)
+        warning = memory_limit_warning(self.state.budget.limit, resident_bytes(), machine_limit())
         if warning:
             log.warn("{warning}", warning=warning)
         self._lock_and_bind()  # python -m twisted_namesrv starts without the privileged step

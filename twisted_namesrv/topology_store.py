@@ -88,6 +88,11 @@ class TopologyStoreService(StepTimerService):
         log.error("topology file {path} refused: {why}; starting with only the broker groups that register",
                   path=str(self.path), why=why)
 
+    def write_again(self) -> None:
+        """The file is gone (its data directory removed while running): written at the next check,
+        changed or not."""
+        self._saved = -1
+
     def save_now(self) -> None:
         """Write the memory at once (after a write in flight); StoreError when it cannot be made durable."""
         version = self.topology.version

@@ -147,6 +147,11 @@ class RouteSnapshotService(StepTimerService):
         """What a write would change: the routes' generation and the live brokers."""
         return self.routes.generation, len(self.routes.brokerLiveTable)
 
+    def write_again(self) -> None:
+        """The file is gone (its data directory removed while running): written at the next check,
+        the routes changed or not (unchanged, a check only stamps the file's time)."""
+        self._written = None
+
     def write_if_changed(self, background: bool | None = None) -> None:
         """Write when the routes changed since the last write; in a child unless told otherwise,
         and not while a child still writes (the next check catches up)."""

@@ -403,9 +403,12 @@ def test_the_memory_limit_is_served_so_an_oom_kill_can_be_seen_coming(tmp_path, 
     """In a 128 MiB container, 150k topics took the server from 43 MB to 122 MB of RSS and the kernel
     killed it: nothing it served said how near the limit it was (only process_resident_memory_bytes,
     with nothing to compare it with). The cgroup's memory.max is served, read at each scrape."""
-    memory_max = tmp_path / "memory.max"
+    memory_max = tmp_path / "cgroup" / "memory.max"  # a container's own cgroup namespace: its limit at the top
+    memory_max.parent.mkdir()
     memory_max.write_text("134217728\n")
-    monkeypatch.setattr(budget, "CGROUP_MEMORY_MAX", memory_max)
+    (tmp_path / "self-cgroup").write_text("0::/\n")
+    monkeypatch.setattr(budget, "CGROUP_ROOT", memory_max.parent)
+    monkeypatch.setattr(budget, "PROC_SELF_CGROUP", tmp_path / "self-cgroup")
     served = Served(tmp_path)
     assert value(served.scrape(), "namesrv_memory_limit_bytes") == min(134217728, budget.machine_limit() or 0)
     memory_max.write_text("max\n")  # no limit: the machine's memory, or an rlimit

@@ -211,6 +211,15 @@ class KVConfigManager:
         for saved in batch.waiting:
             saved(error)
 
+    def write_again(self) -> None:
+        """The file is gone (its data directory removed while running): the table written again as
+        saved, unless a write is in flight or staged (that one writes it).  Else a restart would start
+        with no KV config at all, every value acknowledged before lost."""
+        if self._writing is not None or self._next is not None:
+            return
+        table = self._writing = _Batch(self.configTable, self.size)
+        self._save(lambda: self.encode(table.table), lambda _: self._restored())
+
     def put(self, namespace: str, key: str, value: str | None, saved: Saved | None = None) -> None:
         """A null value is dropped, as fastjson drops null map values when persisting."""
         staged, staged_size = self._staged()
