@@ -45,7 +45,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 from pyspark import SparkContext, StorageLevel, TaskContext, cloudpickle
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
@@ -102,6 +102,7 @@ from spark_analysis.spark.liveness_stage import (
     liveness_plan,
     liveness_replay,
     liveness_tasks,
+    spooled_rows,
 )
 from spark_analysis.spark.struct_types import DECODED, EVENTS
 from twisted_namesrv.escapes import clipped_name, escaped
@@ -276,7 +277,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
         decoded = pieces.decoded(decode, sent, read.costs, shares, read.hashed_cost)
     with progress.meanwhile("decoding"):
         if planned is not None:
-            liveness, whole = liveness_of(planned.collect(), time_bins, sessions, endpoints)
+            assert ahead is not None
+            liveness, whole = liveness_of(ahead.rows(planned), time_bins, sessions, endpoints)
         elif not tables_out:  # Spark writes the tables, then the liveness reads the same decoded rows
             decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
             for kind, name, _ in tables.TABLES:
@@ -721,6 +723,7 @@ class PlannedAhead:
         self.functions = os.path.join(spool, "second-job.pickle")
         self.handed = os.path.join(spool, "handed-decoding.arrow")
         self.claimed = os.path.join(spool, "handed-beside.arrow")
+        self.rows_to = spool  # where the liveness stage's tasks write their rows (liveness_plan)
         self.beside = balance.decode_beside_replay(cores)
         self.tasks = cores if self.beside else 1
         self.plan: DataFrame | None = None
@@ -736,7 +739,7 @@ class PlannedAhead:
         decoded = _handed_plan(spark, self.handed, SpooledFunction(self.functions, "decode"), EVENTS, len(shares))
         beside = _claimed_beside(self.claimed, len(balance.claimed_shares(cores)),
                                  SpooledFunction(self.functions, "beside")) if self.beside else None
-        plan = liveness_plan(decoded, SpooledFunction(self.functions, "replay"), beside, self.tasks)
+        plan = liveness_plan(decoded, SpooledFunction(self.functions, "replay"), beside, self.tasks, self.rows_to)
         plan._jdf.queryExecution().executedPlan()  # its physical plan now, which the action then reuses
         return plan
 
@@ -744,6 +747,11 @@ class PlannedAhead:
         """The plan, once made (None: planning failed)."""
         self._thread.join()
         return self.plan
+
+    def rows(self, plan: DataFrame) -> list[Row]:
+        """The plan's action: the liveness stage's rows, which its tasks wrote to the spool, not
+        sent to the JVM (liveness_stage.spooled_rows), after any it sent."""
+        return plan.collect() + spooled_rows(self.rows_to, self.tasks)
 
     def write(self, **functions: Callable) -> None:
         """The plan's functions with their arguments, written to the spool before its action runs."""

@@ -16,8 +16,10 @@ that a wrong guess costs time, never a word of the report)."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from functools import partial
 from operator import itemgetter
 from typing import NamedTuple
@@ -103,17 +105,45 @@ def liveness_replay(time_bins: TimeBins, files: FileSpans, sessions: Sessions,
 
 
 def liveness_plan(events: DataFrame, replay: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-                  beside: DataFrame | Beside | None, tasks: int) -> DataFrame:
+                  beside: DataFrame | Beside | None, tasks: int, rows_to: str | None = None) -> DataFrame:
     """The liveness stage over ``events`` in ``tasks`` tasks, each running ``replay`` (liveness_replay)
     over the servers its partition holds; with Beside, a task a core (``tasks``), each then taking
-    work beside the replay; with a DataFrame of the work beside, that unioned after the replay's."""
-    if isinstance(beside, Beside):
+    work beside the replay; with a DataFrame of the work beside, that unioned after the replay's.
+    ``rows_to``: a directory of the driver's machine (a local master's spool) where each task writes
+    its rows instead of sending them to the JVM (the plan's rows are then none): the driver reads
+    them there (spooled_rows) once the job is done."""
+    if isinstance(beside, Beside) or rows_to is not None:
+        assert not isinstance(beside, DataFrame), "a union's rows go to the JVM"
         # a task a core, each replaying the servers its partition holds (none, for all but one where the
         # capture has one NameServer), then taking work beside the replay while there is some
         return events.repartition(tasks, "event_server").mapInArrow(
-            partial(_stage_batches, replay=replay, beside=beside.run), LIVENESS)
+            partial(_stage_batches, replay=replay, beside=beside.run if beside else None, rows_to=rows_to),
+            LIVENESS)
     replayed = events.repartition(tasks, "event_server").mapInArrow(replay, LIVENESS)
     return replayed if beside is None else replayed.union(beside)
+
+
+def spooled_rows(rows_to: str, tasks: int) -> list[Row]:
+    """The rows the liveness stage's ``tasks`` tasks wrote to ``rows_to`` (liveness_plan), in the order
+    a collect of them gives: task by task, each task's in the order it made them. Sent to the JVM,
+    the rows (the replay's routes and the brokers' details, the tasks' tallies: 2.3 MB on the 10 h
+    benchmark capture) were turned from Arrow into Spark's rows by the task, into the task's result,
+    and then pickled by the JVM for the driver after the last task, while every core waited: a job
+    of two tasks giving these rows took the JVM 0.10-0.15 s of CPU, 0.06-0.09 s with the rows written
+    (docs/benchmarks.md). A task that wrote none (its Python function not run: no rows) is skipped."""
+    rows: list[Row] = []
+    for task in range(tasks):
+        try:
+            with pa.OSFile(_rows_path(rows_to, task)) as source:
+                table = pa.ipc.open_file(source).read_all()
+        except FileNotFoundError:
+            continue
+        rows += [Row(**row) for row in table.to_pylist()]
+    return rows
+
+
+def _rows_path(rows_to: str, task: int) -> str:
+    return os.path.join(rows_to, f"liveness-rows-{task}.arrow")
 
 
 def liveness_of(rows: list[Row], time_bins: TimeBins, sessions: Sessions,
@@ -177,12 +207,43 @@ def _lookups_in_order(stories: list[dict], more: list[list[dict] | None]) -> lis
 
 def _stage_batches(batches: Iterable[pa.RecordBatch], replay: Callable[[Iterable[pa.RecordBatch]],
                                                                        Iterator[pa.RecordBatch]],
-                   beside: Callable[[int, int], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+                   beside: Callable[[int, int], Iterator[pa.RecordBatch]] | None,
+                   rows_to: str | None = None) -> Iterator[pa.RecordBatch]:
     """mapInArrow over the liveness stage's partitions, one a core: each replays the events of
-    the servers it holds (maybe none), then takes work beside the replay (Beside) while there is some."""
+    the servers it holds (maybe none), then takes work beside the replay (Beside, if any) while
+    there is some; its rows written to ``rows_to`` (liveness_plan), if given, not sent on."""
+    made = _made(batches, replay, beside)
+    if rows_to is None:
+        yield from made
+    else:
+        _write_rows(made, rows_to)
+
+
+def _made(batches: Iterable[pa.RecordBatch], replay: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+          beside: Callable[[int, int], Iterator[pa.RecordBatch]] | None) -> Iterator[pa.RecordBatch]:
     yield from replay(batches)
+    if beside is not None:
+        context = TaskContext.get()
+        yield from beside(context.partitionId(), context.attemptNumber())
+
+
+def _write_rows(made: Iterator[pa.RecordBatch], rows_to: str) -> None:
+    """A task's rows as a file of ``rows_to`` named by its partition, whole or not at all: written
+    under the attempt's own name (unique in the application) and renamed when complete, so that a
+    failed attempt leaves no half of it, and the attempt run again writes it whole."""
     context = TaskContext.get()
-    yield from beside(context.partitionId(), context.attemptNumber())
+    assert context is not None, "run by a task"
+    path = _rows_path(rows_to, context.partitionId())
+    writing = f"{path}.{context.taskAttemptId()}"
+    try:
+        with pa.OSFile(writing, "wb") as sink, pa.ipc.new_file(sink, _ARROW_LIVENESS) as writer:
+            for batch in made:
+                writer.write_batch(batch)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(writing)
+        raise
+    os.replace(writing, path)
 
 
 def beside_replay(decoded: Iterable[pa.RecordBatch], handed: int | None = None) -> Iterator[pa.RecordBatch]:
