@@ -36,7 +36,7 @@ from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add, merge_earliest
 from spark_analysis.model.translated import Translated
 from twisted_namesrv.controller.codes import ControllerResponseCode
-from twisted_namesrv.escapes import clipped_name, clipped_repr, escaped
+from twisted_namesrv.escapes import SHOWN_MAX, clipped_name, clipped_repr, escaped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 from twisted_namesrv.remoting.foreign import HTTP, TLS
@@ -169,6 +169,21 @@ def broker_label(broker: Item) -> str:
     """cluster / broker / id (role) / address, as operators name a broker."""
     ident = "?" if broker["broker_id"] is None else f"{broker['broker_id']} ({broker['role']})"
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
+
+
+#: the parts of broker_label, as a line shows them: a long part clipped by itself
+LABEL_PARTS = " / "
+
+
+def clipped_label(label: object) -> str:
+    """A broker's label (broker_label) put into a line: each part clipped by itself (clipped_name),
+    so that a broker or cluster named in 3,000 characters leaves its id, role and address in sight;
+    clipped whole, the line said "DefaultCluster / broker-LLL...(3048 characters)" and nothing of
+    who it was. A label of many short parts (a name holding the separator) is clipped whole past
+    four parts' worth, so a line stays bounded."""
+    text = str(label)
+    shown = LABEL_PARTS.join(map(clipped_name, text.split(LABEL_PARTS)))
+    return shown if len(shown) <= 4 * (SHOWN_MAX + 32) else clipped_name(text)
 
 
 def broker_identity(broker: Item) -> str:
@@ -499,7 +514,7 @@ def _step_findings(files: list[Item], brokers: Sequence[Item] = ()) -> Iterable[
             across = sorted(broker_label(b) for b in brokers if across_clock_step(b, [(to, at)]))
             mixed = (f"; the intervals of {_plural(len(across), 'broker stay{s}')} stamped on both sides of it "
                      f"(brokers.csv: interval_*, max_gap_s; across_clock_step true) are between stamps from "
-                     f"before and after the step, not the broker's: {_first(list(map(clipped_name, across)))}"
+                     f"before and after the step, not the broker's: {_first(list(map(clipped_label, across)))}"
                      if across else "")
             yield _finding("clock_stepped_back", WARNING, f"{clipped_name(f['path'])}: its packets' times step back "
                            f"{f['clock_step_back_s']:,.1f} s at {f['clock_stepped_at']} (to {f['clock_stepped_to']}): "
@@ -1150,7 +1165,7 @@ def _silences(items: list[Item]) -> str:
     for item in items:
         entry = longest.setdefault(item["broker"], [0, 0.0])
         entry[0], entry[1] = entry[0] + 1, max(entry[1], item["seconds"])
-    shown = [f"{clipped_name(broker)} ({f'{n}x, longest ' if n > 1 else ''}{seconds:,.1f} s)"
+    shown = [f"{clipped_label(broker)} ({f'{n}x, longest ' if n > 1 else ''}{seconds:,.1f} s)"
              for broker, (n, seconds) in sorted(longest.items(), key=lambda kv: (-kv[1][1], kv[0]))]
     return f"{_plural(len(longest), UNITS[items[0]['kind']][1])}: {_first(shown)}"
 
@@ -1165,7 +1180,7 @@ def _listed(items: list[Item]) -> str:
     counted = len(items) if kind in EVENT_KINDS else len(known) + cut
     return (f"{'at least ' if cut and kind not in EVENT_KINDS else ''}{_plural(counted, noun)}: "
             + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None,
-                     missing=NAME_CUT))
+                     show=clipped_label if field == "broker" else clipped_name, missing=NAME_CUT))
 
 
 def _topics(items: list[Item]) -> str:
@@ -1350,7 +1365,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
     gap of missing files begins (files_missing); ``stepped``: the times a clock stepped back over
     in a file, (stepped to, stepped from): stamped twice, before the step and after it."""
     addr = stay_fields(broker)
-    shown = clipped_name(addr["broker"])  # the field keeps the label whole; a line shows it clipped
+    shown = clipped_label(addr["broker"])  # the field keeps the label whole; a line shows it clipped
     label = shown if named is None else named(shown, broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         across = _across_step(broker, stepped)

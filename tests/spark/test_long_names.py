@@ -95,3 +95,20 @@ def test_the_page_s_tables_clip_a_long_name_with_the_whole_in_its_title(spark, t
     for plot in ("timeline", "intervals", "topics", "requests", "latency"):
         div = dom[dom.index(f'id="plot-{plot}"'):]
         assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
+
+
+def test_a_broker_named_in_3000_characters_is_told_with_its_id_and_address(spark, tmp_path: Path) -> None:
+    """v5-longname: a Java 5.3.3 NameServer took a broker named in 3,000 characters (answered SUCCESS,
+    served its route, logged its unregister). The report told four refused stays with no broker id
+    (the replay held its tables to our maxNameLength) and said nothing of them; then, told as a stay,
+    its line clipped the whole label, "DefaultCluster / broker-LLL...(3048 characters)", leaving out
+    its id and address. Each part of a label is clipped by itself: the name clipped, who it is kept."""
+    out = run_job(spark, [str(REAL / "v5-longname" / "v5-longname.pcap.xz")], tmp_path / "out", report=False)
+    name = "broker-" + "L" * 2993
+    (row,) = [row for row in out.brokers if row["broker_name"] == name]  # brokers.csv: whole, one stay
+    assert (row["broker_id"], row["role"], row["ended"], row["registrations"]) == ("0", "MASTER", "unregistered", "4")
+    (found,) = [f for f in out.summary["findings"] if f["kind"] == "broker_unregistered"]
+    (item,) = [e for e in found["evidence"] if e["broker_addr"] == "127.0.0.1:11911"]
+    for line in (found["message"], item["message"]):  # the headline's list and the stay's own line
+        assert f"DefaultCluster / {clipped_name(name)} / 0 (MASTER) / 127.0.0.1:11911" in line
+        assert name not in line

@@ -139,6 +139,10 @@ ARGS: dict[str, list[str]] = {
     "v5-split": _one("5.3.3", "--note", "broker-a registers its 1,513 topics in two bodies every 30 s "
                      "(enableSplitRegistration, splitRegistrationSize 800); namesrv.log leaves out its 1,500 lines "
                      "'new topic registered, SplitTopicNNNN'"),
+    "v5-longname": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note",
+                        "broker-long's brokerName is 'broker-' and 2,993 'L' (3,000 characters; "
+                        "steps.txt and namesrv.log write it broker-L{2993}): the Java NameServer takes it (no limit on "
+                        "a name's length), answers SUCCESS, logs 'new broker registered' and serves its route"),
     "v5-restart2": _one("5.3.3", "--restart", "namesrv stop$", "namesrv start$", "--restart",
                         r"namesrv stop \(again\)", r"namesrv start \(again\)", "--note",
                         "The second run listened for about a second before its SIGTERM: its log has 'RemotingServer "
