@@ -344,6 +344,12 @@ ARGS: dict[str, list[str]] = {
                    "tls.server.mode enforcing (--tls-mode enforcing): four TLS clients (namesrv-admin --tls), then a "
                    "plain one the server closed without a byte (turned_away); the launch script's poll wrote a "
                    "newline (1 byte, unread, refused as plain by the log)", why=OUR_RETRY.split(";")[0]),
+    "v5-javatls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note",
+                       "The Java NameServer with -Dtls.server.mode=enforcing (a self-signed certificate: "
+                       "tls.test.mode.enable as shipped), broker-a and one mqadmin with -Dtls.enable=true: its own "
+                       "scanAvailableNameSrv client, the broker and that mqadmin speak TLS; a plain mqadmin's request "
+                       "is refused ('Clients intend to establish an insecure connection while this server is running "
+                       "in SSL enforcing mode'), its connection closed without a byte (turned_away)"),
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
     "v5-ours-kill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", "--note", OUR_NOTE,
