@@ -39,7 +39,7 @@ from twisted_namesrv.controller.codes import ControllerResponseCode
 from twisted_namesrv.escapes import SHOWN_MAX, clipped_name, clipped_repr, escaped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
-from twisted_namesrv.remoting.foreign import HTTP, TLS
+from twisted_namesrv.remoting.foreign import HTTP, HTTP2, TLS
 
 #: an answer this late is slow: a third of the Java clients' default 3 s timeout
 SLOW_MS = 1000.0
@@ -459,7 +459,10 @@ def _refused_requests(name: str, client: str, count: int, first: Any, last: Any,
 #: what bytes of another protocol on a NameServer's connection mean (twisted_namesrv/remoting/foreign.py)
 SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
                "capture where the traffic is plain to read it",
-          HTTP: "a web server's port, not RocketMQ remoting"}
+          HTTP: "a web server's port, not RocketMQ remoting",
+          HTTP2: "gRPC: a 5.x proxy's gRPC port (its clients' traffic, not the NameServer's; the proxy's own "
+                 "remoting talk to the NameServer is read at the NameServer's port), or a gRPC client given a "
+                 "remoting port"}
 
 
 def _one_way(server: str, side: str, count: int) -> Item:
@@ -594,7 +597,8 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
                            f"probe); what it is stays unknown", endpoint=row["endpoint"], accepted=row["accepted"])
         elif row["kind"] == "unknown" and row["accepted"] and beside(row["endpoint"]):
             yield _finding("server_unread", INFO, f"{row['endpoint']} accepted {row['accepted']:,} connection(s) "
-                           f"of another protocol ({BESIDE})", endpoint=row["endpoint"], accepted=row["accepted"],
+                           f"of another protocol ({BESIDE}){_spoken(spoken.get(row['endpoint']))}",
+                           endpoint=row["endpoint"], accepted=row["accepted"],
                            why="another service", protocol=spoken.get(row["endpoint"]))
         elif row["kind"] == "unknown" and row["accepted"]:
             protocol = spoken.get(row["endpoint"])

@@ -814,6 +814,28 @@ def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
     assert "not decoded): TLS (encrypted" in undecodable["message"]
 
 
+def test_a_proxy_s_grpc_port_captured_beside_its_nameserver_is_named_grpc() -> None:
+    """The 5.3.3 proxy's host captured with its NameServer (v5-proxygrpc's steps: tcpdump on the
+    NameServer's port and the proxy's): the gRPC port's connections were "another protocol ...; not
+    read" and "bytes that are no remoting frame", with no word of what they were. HTTP/2's preface
+    names them gRPC: a proxy's clients, not the NameServer's, whose own talk is read at its port."""
+    from twisted_namesrv.remoting.foreign import foreign_protocol
+
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\x00\x00\x00\x00\x00"
+    assert foreign_protocol(preface) == "HTTP/2" and foreign_protocol(preface[:16]) == "HTTP/2"
+    assert foreign_protocol(b"PRI * HTTP/1.1\r\n") is None
+    grpc = "127.0.0.1:38081"
+    groups = {findings_module.UNDECODABLE: {(f"127.0.0.1:40690>{grpc}@1.0", grpc, "HTTP/2"): [6806, 0.0, 0.0, None]}}
+    endpoints = [{"endpoint": "127.0.0.1:38876", "kind": "nameserver", "accepted": 9, "outages": [], "refused": []},
+                 {"endpoint": grpc, "kind": "unknown", "accepted": 4, "outages": [], "refused": []}]
+    found = findings_module.evidence([], groups, [], {}, endpoints)
+    (unread,) = [item for item in found if item["kind"] == "server_unread"]
+    assert unread["severity"] == "info" and unread["protocol"] == "HTTP/2"
+    assert "not read): HTTP/2 (gRPC: a 5.x proxy's gRPC port" in unread["message"]
+    (undecodable,) = [item for item in found if item["kind"] == "undecodable_connection"]
+    assert undecodable["protocol"] == "HTTP/2" and "HTTP/2 (gRPC" in undecodable["message"]
+
+
 def test_a_capture_that_shrank_while_read_is_one_line_and_exit_8(spark, tmp_path, monkeypatch, capsys) -> None:
     """A capture truncated while its task read it (a tcpdump -W ring writing its oldest file anew)
     killed the task by SIGBUS: Spark said "Python worker exited unexpectedly (crashed)" in 250 lines
