@@ -179,6 +179,13 @@ ARGS: dict[str, list[str]] = {
                      "mode) is the NameServer's client for the gRPC producers and consumers behind it: their topics' "
                      "route lookups are its, on its own connections; a gRPC client's failed send is a TOPIC_NOT_EXIST "
                      "answer to the proxy", ports="38876", endpoint="127.0.0.1:38876"),
+    "v5-proxygrpc": _one("5.3.3", "--stopped", "127.0.0.1:38876=namesrv stop", "--why",
+                         "127.0.0.1:38081=the proxy's launch script polls its gRPC port every 0.1 s until it listens",
+                         "--note", "The 5.3.3 proxy's host captured with its NameServer: tcpdump on the NameServer's "
+                         "port and the proxy's gRPC (38081) and remoting (38080, not used: the gRPC client is its only "
+                         "client) ports. The proxy's remoting talk to the NameServer is read at 38876; its gRPC "
+                         "clients' HTTP/2 at 38081 is not RocketMQ remoting", ports="38876",
+                         endpoint="127.0.0.1:38876"),
     "v4-lossy": _one("4.9.8", "--stopped", "10.66.0.1:9876=namesrv stop", "--second-point",
                      "v4-lossy-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "Two hosts on one clock (two "
                      "network namespaces), a lossy, reordering, duplicating link between them (steps: 3% loss, 10% "
@@ -241,7 +248,7 @@ ARGS: dict[str, list[str]] = {
                     "fourth; the set begins mid-stream, long after the brokers registered. Linux cooked v2, every "
                     f"packet longer than 96 bytes cut there; a broker whose brokerAddr the cut left out is named "
                     f"{CUT_NAMING}"),
-    "v4-ring3": _one("4.9.8", "--other-ports", "10911", "10931", "--ring", "v4-ring3.pcap2.gz", "2", "--note",
+    "v4-ring3": _one("4.9.8", "--other-ports", "10911", "10931", "--ring", "v4-ring3.pcap2.xz", "2", "--note",
                      "tcpdump -i any -C 1 -W 3 with no filter and whole packets: a ring of three 1 MB files that "
                      "wrapped (five files written, the first two overwritten: tcpdump's listing in the steps): "
                      "v4-ring3.pcap2 holds the third, v4-ring3.pcap0 the fourth, v4-ring3.pcap1 the fifth; the set "
