@@ -422,15 +422,28 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     beside = besides_nameservers(endpoints or [])
     for (conn_id, server, protocol), (count, *_) in sorted(groups.get(UNDECODABLE, {}).items(), key=_by_key):
         if beside(server):
-            found.append(_finding("undecodable_connection", INFO, f"{conn_id}: {count:,} bytes of another protocol "
-                                  f"({BESIDE}){_spoken(protocol)}", connection=conn_id, bytes=count, server=server,
-                                  protocol=protocol))
+            found.append(_finding("undecodable_connection", INFO, f"{shown_connection(conn_id)}: {count:,} bytes of "
+                                  f"another protocol ({BESIDE}){_spoken(protocol)}", connection=conn_id, bytes=count,
+                                  server=server, protocol=protocol))
             continue
-        found.append(_finding("undecodable_connection", WARNING, f"{conn_id}: {count:,} bytes that are no "
-                              f"remoting frame (the rest of that direction is not decoded){_spoken(protocol)}",
-                              connection=conn_id, bytes=count, server=server, protocol=protocol))
+        found.append(_finding("undecodable_connection", WARNING, f"{shown_connection(conn_id)}: {count:,} bytes "
+                              f"that are no remoting frame (the rest of that direction is not decoded)"
+                              f"{_spoken(protocol)}", connection=conn_id, bytes=count, server=server,
+                              protocol=protocol))
     found.sort(key=lambda finding: (SEVERITIES.index(finding["severity"]), KINDS.index(finding["kind"])))  # stable
     return found
+
+
+def shown_connection(conn_id: object) -> str:
+    """A connection's id (``client>server@opened``, opened in epoch seconds: the key its rows share)
+    put into a line: opened as the lines say every time, ISO UTC ("@1796113649.190110" said nothing
+    to an operator); an id of another form as it is."""
+    text = str(conn_id)
+    ends, at, opened = text.rpartition("@")
+    try:
+        return f"{clipped_name(ends)}@{iso_time(float(opened))}" if at else clipped_name(text)
+    except ValueError:
+        return clipped_name(text)
 
 
 def _turned_away(endpoints: list[Item], groups: Groups) -> dict[str, Item]:
@@ -1212,7 +1225,8 @@ def _undecodable(items: list[Item]) -> str:
     protocols = {item.get("protocol") for item in items}
     spoken = _spoken(protocols.pop()) if len(protocols) == 1 else ""
     return (f"{_plural(len(items), 'connection{s}')} carry bytes that are no remoting frame (the rest of that "
-            f"direction is not decoded){spoken}: {_tally(items, 'connection', 'bytes', ' bytes')}")
+            f"direction is not decoded){spoken}: "
+            f"{_tally(items, 'connection', 'bytes', ' bytes', show=shown_connection)}")
 
 
 def _inputs(items: list[Item]) -> str:

@@ -836,6 +836,25 @@ def test_a_proxy_s_grpc_port_captured_beside_its_nameserver_is_named_grpc() -> N
     assert undecodable["protocol"] == "HTTP/2" and "HTTP/2 (gRPC" in undecodable["message"]
 
 
+def test_an_undecodable_connection_is_named_with_its_opening_time_as_every_line_says_times() -> None:
+    """The connection's id is its rows' key, ``client>server@opened`` with opened in epoch seconds;
+    put into the lines as it was, an operator read "127.0.0.1:47788>127.0.0.1:9876@1796113649.190110"
+    (v5-javatls). The lines say it in ISO UTC, as every other time; the field keeps the key."""
+    server = "127.0.0.1:9876"
+    conn = f"127.0.0.1:47788>{server}@1796113649.19011"
+    other = f"127.0.0.1:60522>{server}@1796113688.800492"
+    groups = {findings_module.UNDECODABLE: {(conn, server, "TLS"): [11044, 0.0, 0.0, None],
+                                            (other, server, "TLS"): [493, 0.0, 0.0, None]}}
+    endpoint = {"endpoint": server, "kind": "nameserver", "accepted": 2, "outages": [], "refused": []}
+    found_items = findings_module.evidence([], groups, [], {}, [endpoint])
+    items = [i for i in found_items if i["kind"] == "undecodable_connection"]
+    (item,) = [i for i in items if i["connection"] == conn]
+    assert item["connection"] == conn
+    assert item["message"].startswith(f"127.0.0.1:47788>{server}@2026-12-01T08:27:29.190110Z: 11,044 bytes")
+    (found,) = [f for f in findings_module.attention(items)["findings"] if f["kind"] == "undecodable_connection"]
+    assert "@2026-12-01T08:27:29.190110Z (11,044 bytes)" in found["message"] and "@1796113649" not in found["message"]
+
+
 def test_a_capture_that_shrank_while_read_is_one_line_and_exit_8(spark, tmp_path, monkeypatch, capsys) -> None:
     """A capture truncated while its task read it (a tcpdump -W ring writing its oldest file anew)
     killed the task by SIGBUS: Spark said "Python worker exited unexpectedly (crashed)" in 250 lines
