@@ -175,15 +175,15 @@ def broker_label(broker: Item) -> str:
 LABEL_PARTS = " / "
 
 
-def clipped_label(label: object) -> str:
+def clipped_label(label: object, most: int = SHOWN_MAX) -> str:
     """A broker's label (broker_label) put into a line: each part clipped by itself (clipped_name),
     so that a broker or cluster named in 3,000 characters leaves its id, role and address in sight;
     clipped whole, the line said "DefaultCluster / broker-LLL...(3048 characters)" and nothing of
     who it was. A label of many short parts (a name holding the separator) is clipped whole past
     four parts' worth, so a line stays bounded."""
     text = str(label)
-    shown = LABEL_PARTS.join(map(clipped_name, text.split(LABEL_PARTS)))
-    return shown if len(shown) <= 4 * (SHOWN_MAX + 32) else clipped_name(text)
+    shown = LABEL_PARTS.join(clipped_name(part, most) for part in text.split(LABEL_PARTS))
+    return shown if len(shown) <= 4 * (most + 32) else clipped_name(text, 4 * most)
 
 
 def broker_identity(broker: Item) -> str:

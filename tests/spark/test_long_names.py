@@ -112,3 +112,19 @@ def test_a_broker_named_in_3000_characters_is_told_with_its_id_and_address(spark
     for line in (found["message"], item["message"]):  # the headline's list and the stay's own line
         assert f"DefaultCluster / {clipped_name(name)} / 0 (MASTER) / 127.0.0.1:11911" in line
         assert name not in line
+
+
+def test_the_pictures_clip_each_part_of_a_long_broker_label() -> None:
+    """report.html's pictures label each stay on their axis: a broker named in 3,000 characters
+    (v5-longname) made a label that took the plots' whole width, the heartbeats squeezed into a
+    sliver beside it. Each part of the label is clipped by itself, its id, role and address kept."""
+    from spark_analysis.output.report import PICTURE_PART_MAX, stay_labels, timeline_rows
+
+    name = "broker-" + "L" * 2993
+    stay = {"cluster": "DefaultCluster", "broker_name": name, "broker_id": 0, "role": "MASTER",
+            "broker_addr": "127.0.0.1:11911", "server": "127.0.0.1:9876", "first_seen": "2026-12-01T08:15:37Z",
+            "ids": [{"broker_id": 0, "role": "MASTER", "from": "2026-12-01T08:15:37Z"}]}
+    expected = f"DefaultCluster / {clipped_name(name, PICTURE_PART_MAX)} / 0 (MASTER) / 127.0.0.1:11911"
+    assert stay_labels([stay], lambda label, broker: label) == [expected]
+    assert [row[0] for row in timeline_rows([stay], lambda label, broker: label)] == [expected]
+    assert len(expected) < 120
