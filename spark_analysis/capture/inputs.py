@@ -303,14 +303,19 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
     return [CaptureFile(path, size, index) for index, (path, size) in enumerate(seen.items())]
 
 
+#: the shortest file compared with others as a copy: a pcap's file header (a pcapng's is longer)
+COPY_MIN_BYTES = 24
+
+
 def _copies(sized: Mapping[str, int]) -> dict[str, str]:
     """Each local file whose bytes are those of a file listed before it -> that file. Only files
     of one size are read to compare them (SHA-256, a MiB at a time): captures of one size are
-    rare but for copies, so a run of distinct captures reads nothing more. An empty file, or one
-    that cannot be read now, is no copy of anything (its task says what it is)."""
+    rare but for copies, so a run of distinct captures reads nothing more. A file shorter than a
+    capture's header (COPY_MIN_BYTES: empty, a note), or one that cannot be read now, is no copy of
+    anything: each is read and its task says what it is."""
     by_size: dict[int, list[str]] = {}
     for path, size in sized.items():
-        if size and is_local(path):
+        if size >= COPY_MIN_BYTES and is_local(path):
             by_size.setdefault(size, []).append(path)
     copies: dict[str, str] = {}
     for paths in by_size.values():

@@ -327,7 +327,7 @@ class TimelineRow(NamedTuple):
 
 #: how long a part of a broker's label (its cluster, its name) may be in the pictures: their axes make
 #: room for the longest label, and a broker named in 3,000 characters left the plots no width at all
-PICTURE_PART_MAX = 48
+PICTURE_PART_MAX = 80
 
 
 def picture_label(broker: dict) -> str:

@@ -127,4 +127,4 @@ def test_the_pictures_clip_each_part_of_a_long_broker_label() -> None:
     expected = f"DefaultCluster / {clipped_name(name, PICTURE_PART_MAX)} / 0 (MASTER) / 127.0.0.1:11911"
     assert stay_labels([stay], lambda label, broker: label) == [expected]
     assert [row[0] for row in timeline_rows([stay], lambda label, broker: label)] == [expected]
-    assert len(expected) < 120
+    assert len(expected) < 160
