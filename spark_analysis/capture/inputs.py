@@ -334,11 +334,14 @@ def _copies(sized: Mapping[str, int]) -> dict[str, str]:
 
 
 def _digest(path: str) -> bytes | None:
+    digest = hashlib.sha256()
     try:
         with open(path, "rb") as file:
-            return hashlib.file_digest(file, "sha256").digest()
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
     except OSError:
         return None
+    return digest.digest()
 
 
 #: a capture cut inside a record, modified this soon before the run, is taken to be still written
