@@ -272,7 +272,11 @@ CLIENT_HELLO = bytes.fromhex("16030100c4010000c00303") + bytes(32) + b"\x00\x00\
     (b"GET /healthz HTTP/1.1\r\nHost: ns:9876\r\n\r\n", "its first bytes are HTTP: this port speaks RocketMQ remoting; "
                                                         "HTTP (the status page, /metrics, /healthz) is on port 9877"),
     (CLIENT_HELLO, "its first bytes are TLS: a client with TLS on (tls.enable=true), and this port does not speak "
-                   "TLS (tls.server.mode=disabled)")])
+                   "TLS (tls.server.mode=disabled)"),
+    # a RocketMQ 5.x gRPC client given the NameServer's address instead of a proxy's: HTTP/2's preface
+    (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\x00",
+     "its first bytes are HTTP/2: a gRPC client (RocketMQ 5.x's SDKs): this port speaks RocketMQ remoting; gRPC "
+     "clients connect to a 5.x proxy's gRPC")])
 def test_a_probe_or_client_speaking_http_or_tls_to_the_remoting_port_is_told_in_the_refusal(tmp_path, json_log, first,
                                                                                                said):
     """A Kubernetes httpGet probe or a load balancer's health check on 9876, a client with TLS on: read

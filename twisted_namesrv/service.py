@@ -60,7 +60,7 @@ from .processor import waiting_for_service
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
 from .remoting.fastjson import java_utf8
-from .remoting.foreign import HTTP, TLS
+from .remoting.foreign import HTTP, HTTP2, TLS
 from .schema import SERVER_SCHEMA
 from .server import Admission, Listener, Notifier, RemotingFactory
 from .starts import UNCLEAN, Counted, count_clean_stop, count_start, last_run_unclean, starts_path
@@ -86,12 +86,14 @@ BOOT_MESSAGE = "The Name Server boot success. serializeType=JSON"
 
 
 def foreign_words(config: NamesrvConfig) -> dict[str, str]:
-    """What the remoting port's refusal says of a peer whose first bytes are HTTP or TLS
-    (remoting/foreign.py): a probe or browser pointed at the wrong port, a client with TLS on."""
+    """What the remoting port's refusal says of a peer whose first bytes are HTTP, HTTP/2 or TLS
+    (remoting/foreign.py): a probe or browser pointed at the wrong port, a gRPC client given the
+    NameServer's address instead of a proxy's, a client with TLS on."""
     http = (f"this port speaks RocketMQ remoting; HTTP (the status page, /metrics, /healthz) is on port "
             f"{config['metricsPort']}" if config["metricsPort"] else
             "this port speaks RocketMQ remoting, and this server serves no HTTP (metricsPort=0)")
-    words = {HTTP: http}
+    words = {HTTP: http, HTTP2: "a gRPC client (RocketMQ 5.x's SDKs): this port speaks RocketMQ remoting; gRPC "
+                                "clients connect to a 5.x proxy's gRPC port (8081 as shipped), the proxy to this one"}
     if config["tls.server.mode"] == "disabled":
         words[TLS] = ("a client with TLS on (tls.enable=true), and this port does not speak TLS "
                       "(tls.server.mode=disabled)")

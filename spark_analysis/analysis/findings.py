@@ -36,10 +36,10 @@ from spark_analysis.model.sessions import iso_time_or_none as _iso
 from spark_analysis.model.tally import Groups, add, merge_earliest
 from spark_analysis.model.translated import Translated
 from twisted_namesrv.controller.codes import ControllerResponseCode
-from twisted_namesrv.escapes import clipped_name, clipped_repr, escaped
+from twisted_namesrv.escapes import SHOWN_MAX, clipped_name, clipped_repr, escaped
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
-from twisted_namesrv.remoting.foreign import HTTP, TLS
+from twisted_namesrv.remoting.foreign import HTTP, HTTP2, TLS
 
 #: an answer this late is slow: a third of the Java clients' default 3 s timeout
 SLOW_MS = 1000.0
@@ -169,6 +169,21 @@ def broker_label(broker: Item) -> str:
     """cluster / broker / id (role) / address, as operators name a broker."""
     ident = "?" if broker["broker_id"] is None else f"{broker['broker_id']} ({broker['role']})"
     return f"{broker['cluster'] or '?'} / {broker['broker_name'] or '?'} / {ident} / {broker['broker_addr']}"
+
+
+#: the parts of broker_label, as a line shows them: a long part clipped by itself
+LABEL_PARTS = " / "
+
+
+def clipped_label(label: object, most: int = SHOWN_MAX) -> str:
+    """A broker's label (broker_label) put into a line: each part clipped by itself (clipped_name),
+    so that a broker or cluster named in 3,000 characters leaves its id, role and address in sight;
+    clipped whole, the line said "DefaultCluster / broker-LLL...(3048 characters)" and nothing of
+    who it was. A label of many short parts (a name holding the separator) is clipped whole past
+    four parts' worth, so a line stays bounded."""
+    text = str(label)
+    shown = LABEL_PARTS.join(clipped_name(part, most) for part in text.split(LABEL_PARTS))
+    return shown if len(shown) <= 4 * (most + 32) else clipped_name(text, 4 * most)
 
 
 def broker_identity(broker: Item) -> str:
@@ -407,15 +422,28 @@ def evidence(files: list[Item], groups: Groups, brokers: list[Item], responses: 
     beside = besides_nameservers(endpoints or [])
     for (conn_id, server, protocol), (count, *_) in sorted(groups.get(UNDECODABLE, {}).items(), key=_by_key):
         if beside(server):
-            found.append(_finding("undecodable_connection", INFO, f"{conn_id}: {count:,} bytes of another protocol "
-                                  f"({BESIDE}){_spoken(protocol)}", connection=conn_id, bytes=count, server=server,
-                                  protocol=protocol))
+            found.append(_finding("undecodable_connection", INFO, f"{shown_connection(conn_id)}: {count:,} bytes of "
+                                  f"another protocol ({BESIDE}){_spoken(protocol)}", connection=conn_id, bytes=count,
+                                  server=server, protocol=protocol))
             continue
-        found.append(_finding("undecodable_connection", WARNING, f"{conn_id}: {count:,} bytes that are no "
-                              f"remoting frame (the rest of that direction is not decoded){_spoken(protocol)}",
-                              connection=conn_id, bytes=count, server=server, protocol=protocol))
+        found.append(_finding("undecodable_connection", WARNING, f"{shown_connection(conn_id)}: {count:,} bytes "
+                              f"that are no remoting frame (the rest of that direction is not decoded)"
+                              f"{_spoken(protocol)}", connection=conn_id, bytes=count, server=server,
+                              protocol=protocol))
     found.sort(key=lambda finding: (SEVERITIES.index(finding["severity"]), KINDS.index(finding["kind"])))  # stable
     return found
+
+
+def shown_connection(conn_id: object) -> str:
+    """A connection's id (``client>server@opened``, opened in epoch seconds: the key its rows share)
+    put into a line: opened as the lines say every time, ISO UTC ("@1796113649.190110" said nothing
+    to an operator); an id of another form as it is."""
+    text = str(conn_id)
+    ends, at, opened = text.rpartition("@")
+    try:
+        return f"{clipped_name(ends)}@{iso_time(float(opened))}" if at else clipped_name(text)
+    except ValueError:
+        return clipped_name(text)
 
 
 def _turned_away(endpoints: list[Item], groups: Groups) -> dict[str, Item]:
@@ -444,7 +472,10 @@ def _refused_requests(name: str, client: str, count: int, first: Any, last: Any,
 #: what bytes of another protocol on a NameServer's connection mean (twisted_namesrv/remoting/foreign.py)
 SPOKEN = {TLS: "encrypted: a NameServer with tls.server.mode enforcing or permissive and clients with TLS on; "
                "capture where the traffic is plain to read it",
-          HTTP: "a web server's port, not RocketMQ remoting"}
+          HTTP: "a web server's port, not RocketMQ remoting",
+          HTTP2: "gRPC: a 5.x proxy's gRPC port (its clients' traffic, not the NameServer's; the proxy's own "
+                 "remoting talk to the NameServer is read at the NameServer's port), or a gRPC client given a "
+                 "remoting port"}
 
 
 def _one_way(server: str, side: str, count: int) -> Item:
@@ -499,7 +530,7 @@ def _step_findings(files: list[Item], brokers: Sequence[Item] = ()) -> Iterable[
             across = sorted(broker_label(b) for b in brokers if across_clock_step(b, [(to, at)]))
             mixed = (f"; the intervals of {_plural(len(across), 'broker stay{s}')} stamped on both sides of it "
                      f"(brokers.csv: interval_*, max_gap_s; across_clock_step true) are between stamps from "
-                     f"before and after the step, not the broker's: {_first(list(map(clipped_name, across)))}"
+                     f"before and after the step, not the broker's: {_first(list(map(clipped_label, across)))}"
                      if across else "")
             yield _finding("clock_stepped_back", WARNING, f"{clipped_name(f['path'])}: its packets' times step back "
                            f"{f['clock_step_back_s']:,.1f} s at {f['clock_stepped_at']} (to {f['clock_stepped_to']}): "
@@ -579,7 +610,8 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
                            f"probe); what it is stays unknown", endpoint=row["endpoint"], accepted=row["accepted"])
         elif row["kind"] == "unknown" and row["accepted"] and beside(row["endpoint"]):
             yield _finding("server_unread", INFO, f"{row['endpoint']} accepted {row['accepted']:,} connection(s) "
-                           f"of another protocol ({BESIDE})", endpoint=row["endpoint"], accepted=row["accepted"],
+                           f"of another protocol ({BESIDE}){_spoken(spoken.get(row['endpoint']))}",
+                           endpoint=row["endpoint"], accepted=row["accepted"],
                            why="another service", protocol=spoken.get(row["endpoint"]))
         elif row["kind"] == "unknown" and row["accepted"]:
             protocol = spoken.get(row["endpoint"])
@@ -1150,7 +1182,7 @@ def _silences(items: list[Item]) -> str:
     for item in items:
         entry = longest.setdefault(item["broker"], [0, 0.0])
         entry[0], entry[1] = entry[0] + 1, max(entry[1], item["seconds"])
-    shown = [f"{clipped_name(broker)} ({f'{n}x, longest ' if n > 1 else ''}{seconds:,.1f} s)"
+    shown = [f"{clipped_label(broker)} ({f'{n}x, longest ' if n > 1 else ''}{seconds:,.1f} s)"
              for broker, (n, seconds) in sorted(longest.items(), key=lambda kv: (-kv[1][1], kv[0]))]
     return f"{_plural(len(longest), UNITS[items[0]['kind']][1])}: {_first(shown)}"
 
@@ -1165,7 +1197,7 @@ def _listed(items: list[Item]) -> str:
     counted = len(items) if kind in EVENT_KINDS else len(known) + cut
     return (f"{'at least ' if cut and kind not in EVENT_KINDS else ''}{_plural(counted, noun)}: "
             + _tally(items, field, "count" if kind in ("crc_failure", "registration_refused") else None,
-                     missing=NAME_CUT))
+                     show=clipped_label if field == "broker" else clipped_name, missing=NAME_CUT))
 
 
 def _topics(items: list[Item]) -> str:
@@ -1193,7 +1225,8 @@ def _undecodable(items: list[Item]) -> str:
     protocols = {item.get("protocol") for item in items}
     spoken = _spoken(protocols.pop()) if len(protocols) == 1 else ""
     return (f"{_plural(len(items), 'connection{s}')} carry bytes that are no remoting frame (the rest of that "
-            f"direction is not decoded){spoken}: {_tally(items, 'connection', 'bytes', ' bytes')}")
+            f"direction is not decoded){spoken}: "
+            f"{_tally(items, 'connection', 'bytes', ' bytes', show=shown_connection)}")
 
 
 def _inputs(items: list[Item]) -> str:
@@ -1350,7 +1383,7 @@ def _broker_findings(broker: Item, deletions: Sequence[Item] = (), named: StayNa
     gap of missing files begins (files_missing); ``stepped``: the times a clock stepped back over
     in a file, (stepped to, stepped from): stamped twice, before the step and after it."""
     addr = stay_fields(broker)
-    shown = clipped_name(addr["broker"])  # the field keeps the label whole; a line shows it clipped
+    shown = clipped_label(addr["broker"])  # the field keeps the label whole; a line shows it clipped
     label = shown if named is None else named(shown, broker)  # the field: the broker alone
     if broker["registrations"]:  # an address only named by other requests has no story of its own
         across = _across_step(broker, stepped)

@@ -47,7 +47,7 @@ from twisted_namesrv.compat import JAVA_4_9_8, Profile, profile_for_version
 from twisted_namesrv.remoting import RequestCode
 from twisted_namesrv.state.config import NamesrvConfig
 from twisted_namesrv.state.registration import memo_of, registration_digest, request_of
-from twisted_namesrv.state.routes import RouteChange, RouteInfoManager
+from twisted_namesrv.state.routes import LIMIT_REASONS, RouteChange, RouteInfoManager
 from twisted_namesrv.steps import run_steps
 
 ALIVE, UNREGISTERED, CLOSED, EXPIRED, SERVER_STOPPED, REFUSED = (
@@ -58,6 +58,12 @@ ALIVE, UNREGISTERED, CLOSED, EXPIRED, SERVER_STOPPED, REFUSED = (
 #: broker's autoCreateTopicEnable, after its lookup failed)
 DEPARTED, DELETED, RESTARTED, MADE_LATER = "departed", "deleted", "restarted", "made_later"
 _HEARTBEATS = (RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT)
+#: our server's limits on what its tables hold (state/config.py: maxNameLength and the counts),
+#: lifted in the replay: they guard our server, and the server captured may have none (a Java
+#: NameServer takes a broker named in 3,000 characters and answers SUCCESS) or other settings. Its
+#: answers say what it refused (an answered refusal is not ``alive``: a refused stay); what it took,
+#: its tables held, and so do the replay's (under our limits it was a refused stay with no broker id)
+UNLIMITED_TABLES = {key: 2**31 - 1 for key in (*LIMIT_REASONS, "maxNameLength")}
 #: the server's idle handler fires on the last byte, the replay counts from the last heartbeat:
 #: a close by the server this close to the idle time is that close
 _IDLE_SLACK_S = 1.0
@@ -341,7 +347,7 @@ class _SessionReplay:
         versions = {e["version"] for e in events
                     if e["code"] == RequestCode.REGISTER_BROKER and e["version"] is not None}
         self.profile: Profile = max(map(profile_for_version, versions), key=lambda p: p.mq_version, default=JAVA_4_9_8)
-        self.config = NamesrvConfig({"compatVersion": self.profile.name})
+        self.config = NamesrvConfig({"compatVersion": self.profile.name, **UNLIMITED_TABLES})
         self.idle_s = float(self.config["serverChannelMaxIdleTimeSeconds"])
         self.start = self.now = start
         self.scan_every = self.config.scan_interval_s
@@ -590,7 +596,7 @@ class _SessionReplay:
             table = self.bodies.decoded(event, header)
             try:
                 self.manager.register_broker(self._request(event, header, table, digest))
-            except RegistrationRefused:  # past a limit of the tables (a name over maxNameLength...): the
+            except RegistrationRefused:  # past a limit no setting lifts (filterServerList's length): the
                 self._refused(event, stay)  # server's own refusal (it answers 1 or closes); it stopped the report
                 return
         elif stay is None or not stay.table_known:

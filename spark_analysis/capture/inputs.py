@@ -20,13 +20,14 @@ import bz2
 import contextlib
 import errno
 import glob
+import hashlib
 import lzma
 import mmap
 import os
 import stat
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, NamedTuple, Protocol
@@ -269,7 +270,10 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
     same for a non-local path, as (uri, size). A local file met under two names (a symbolic link
     to it, ``current.pcap -> ns-20261128.pcap``, or a hard link) is read once, under the name that
     is no symbolic link, the other added to ``skipped``: read twice, it was two capture points. A
-    name given again is read once and added to ``skipped`` too (GIVEN_AGAIN)."""
+    name given again is read once and added to ``skipped`` too (GIVEN_AGAIN). A local file holding
+    the same bytes as one listed before it (``cp ns.pcap ns-copy.pcap``, or a file sent again under
+    another name) is read once as well, the copy added to ``skipped`` (_copies): read twice, it was
+    two capture points, told "captured at two points" with the clocks +0.000 s apart."""
     seen: dict[str, int] = {}
     named: dict[tuple[int, int], str] = {}  # a local file by device and inode -> the name it is read under
     for given in inputs:
@@ -292,7 +296,52 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
                 named[identity] = path
             if skipped is not None:
                 skipped.append(f"{other} (the same file as {kept})")
+    for copy, original in _copies(seen).items():
+        del seen[copy]
+        if skipped is not None:
+            skipped.append(f"{copy} (the same bytes as {original}: a copy, read once)")
     return [CaptureFile(path, size, index) for index, (path, size) in enumerate(seen.items())]
+
+
+#: the shortest file compared with others as a copy: a pcap's file header (a pcapng's is longer)
+COPY_MIN_BYTES = 24
+
+
+def _copies(sized: Mapping[str, int]) -> dict[str, str]:
+    """Each local file whose bytes are those of a file listed before it -> that file. Only files
+    of one size are read to compare them (SHA-256, a MiB at a time): captures of one size are
+    rare but for copies, so a run of distinct captures reads nothing more. A file shorter than a
+    capture's header (COPY_MIN_BYTES: empty, a note), or one that cannot be read now, is no copy of
+    anything: each is read and its task says what it is."""
+    by_size: dict[int, list[str]] = {}
+    for path, size in sized.items():
+        if size >= COPY_MIN_BYTES and is_local(path):
+            by_size.setdefault(size, []).append(path)
+    copies: dict[str, str] = {}
+    for paths in by_size.values():
+        if len(paths) < 2:
+            continue
+        first: dict[bytes, str] = {}
+        for path in paths:
+            digest = _digest(local_path(path))
+            if digest is None:
+                continue
+            if digest in first:
+                copies[path] = first[digest]
+            else:
+                first[digest] = path
+    return copies
+
+
+def _digest(path: str) -> bytes | None:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.digest()
 
 
 #: a capture cut inside a record, modified this soon before the run, is taken to be still written

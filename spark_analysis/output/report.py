@@ -34,7 +34,7 @@ import plotly.io as pio
 from plotly.colors import get_colorscale
 
 from spark_analysis.analysis.clients import CLIENT_COLUMNS
-from spark_analysis.analysis.findings import StayNamer, at_nameserver, broker_label
+from spark_analysis.analysis.findings import StayNamer, at_nameserver, broker_label, clipped_label
 from spark_analysis.analysis.latency import PERCENTILES, CodeStats
 from spark_analysis.analysis.liveness import Liveness, plot_order
 from spark_analysis.capture.inputs import PAGE_FILE
@@ -325,6 +325,17 @@ class TimelineRow(NamedTuple):
         return (t >= self.start) & (t < self.end)
 
 
+#: how long a part of a broker's label (its cluster, its name) may be in the pictures: their axes make
+#: room for the longest label, and a broker named in 3,000 characters left the plots no width at all
+PICTURE_PART_MAX = 80
+
+
+def picture_label(broker: dict) -> str:
+    """A stay's label (findings.broker_label) as the pictures show it: each part clipped by itself
+    (findings.clipped_label), its id, role and address kept whole."""
+    return clipped_label(broker_label(broker), PICTURE_PART_MAX)
+
+
 def timeline_rows(shown: list[dict], named: StayNamer) -> list[TimelineRow]:
     """Each stay's parts by the brokerId it held (a brokerId that changed within the stay, as a
     slave made master in a fail-over, starts a part there), each labelled with the role it had
@@ -337,7 +348,7 @@ def timeline_rows(shown: list[dict], named: StayNamer) -> list[TimelineRow]:
             start = -math.inf if n == 0 else held["from"]
             end = ids[n + 1]["from"] if n + 1 < len(ids) else math.inf
             began = broker["first_seen"] if n == 0 else held["from"]
-            parts.append((named(broker_label({**broker, "broker_id": held["broker_id"], "role": held["role"]}),
+            parts.append((named(picture_label({**broker, "broker_id": held["broker_id"], "role": held["role"]}),
                                 broker), broker, start, end, began, n > 0))
     labels = [label for label, *_ in parts]
     return [TimelineRow(f"{label} from {_time(began)}" if labels.count(label) > 1 else
@@ -349,7 +360,7 @@ def stay_labels(shown: list[dict], named: StayNamer) -> list[str]:
     """Each stay's label with the role it had then (a stay whose brokerId changed: each, in order,
     "2 (SLAVE) then 0 (MASTER)"), ``named`` by its NameServer (findings.at_nameserver), and stays
     still alike by when each registered."""
-    labels = [named(broker_label(b) if len(b.get("ids") or ()) < 2 else broker_label({**b, "broker_id": "".join(
+    labels = [named(picture_label(b) if len(b.get("ids") or ()) < 2 else picture_label({**b, "broker_id": "".join(
         f"{i['broker_id']} ({i['role']}) then " for i in b["ids"][:-1]) + str(b["ids"][-1]["broker_id"]),
         "role": b["ids"][-1]["role"]}), b) for b in shown]
     repeated = {label for label in labels if labels.count(label) > 1}

@@ -315,3 +315,18 @@ def test_attempts_refused_that_the_capture_holds_twice_are_counted_once(spark, t
         return [(n["endpoint"], n["refused"]) for n in summary["nameservers"]]
 
     assert refused(doubled.summary) == refused(once.summary) and refused(once.summary)[0][1]
+
+
+def test_a_byte_identical_copy_given_with_its_original_is_one_capture(spark, tmp_path: Path) -> None:
+    """An operator hands over ns.pcap.gz and, in another folder, the same file again (sent twice,
+    copied into a second directory): the report said "59 connections ... are also in ... (captured
+    at two points ...); its clock reads +0.000 s against the other's", two capture points that were
+    one. The copy is read once: no second point, the same counts as the file alone, and the console
+    names the copy as skipped."""
+    copy = tmp_path / "sent-again" / REAL.name
+    copy.parent.mkdir()
+    copy.write_bytes(REAL.read_bytes())
+    both = run_job(spark, [str(REAL), str(copy)], tmp_path / "both", report=False)
+    assert not [f for f in both.summary["findings"] if f["kind"] == "same_traffic_twice"]
+    assert [f["path"] for f in both.summary["inputs"]["files"]] == [str(REAL)]
+    assert f"{copy} (the same bytes as {REAL}: a copy, read once)" in both.progress[0]

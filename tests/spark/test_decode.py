@@ -494,6 +494,24 @@ def test_one_file_under_two_names_is_read_once_under_its_own(tmp_path: Path) -> 
     assert [Path(f.path).name for f in alone] == ["current.pcap"]
 
 
+def test_a_copy_given_with_its_original_is_read_once(tmp_path: Path) -> None:
+    """A byte-identical copy given beside its original (``cp ns.pcap ns-copy.pcap``, a file sent
+    twice under two names) was read twice and told "captured at two points", the clocks +0.000 s
+    apart. The same bytes are one capture: read once, under the name listed first, the copy named
+    as skipped. A file of the same size but other bytes, and files shorter than a capture's header
+    (empty, a one-byte note), are read as before."""
+    (tmp_path / "a.pcap").write_bytes(b"x" * 40)
+    (tmp_path / "b-copy.pcap").write_bytes(b"x" * 40)
+    (tmp_path / "c.pcap").write_bytes(b"y" * 40)
+    (tmp_path / "d.pcap").write_bytes(b"z")
+    (tmp_path / "e.pcap").write_bytes(b"z")
+    skipped: list[str] = []
+    found = discover([str(tmp_path)], lambda uri: [], skipped)
+    assert [(Path(f.path).name, f.index) for f in found] == [("a.pcap", 0), ("c.pcap", 1), ("d.pcap", 2),
+                                                             ("e.pcap", 3)]
+    assert skipped == [f"{tmp_path / 'b-copy.pcap'} (the same bytes as {tmp_path / 'a.pcap'}: a copy, read once)"]
+
+
 def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Path) -> None:
     """tcpdump -w still running writes 4 KiB blocks: a report then read "truncated (63 bytes after
     the last whole record)", which docs called a capture stopped while writing one. Modified less

@@ -814,6 +814,47 @@ def test_a_nameserver_speaking_tls_or_http_is_named_not_unknown() -> None:
     assert "not decoded): TLS (encrypted" in undecodable["message"]
 
 
+def test_a_proxy_s_grpc_port_captured_beside_its_nameserver_is_named_grpc() -> None:
+    """The 5.3.3 proxy's host captured with its NameServer (v5-proxygrpc's steps: tcpdump on the
+    NameServer's port and the proxy's): the gRPC port's connections were "another protocol ...; not
+    read" and "bytes that are no remoting frame", with no word of what they were. HTTP/2's preface
+    names them gRPC: a proxy's clients, not the NameServer's, whose own talk is read at its port."""
+    from twisted_namesrv.remoting.foreign import foreign_protocol
+
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04\x00\x00\x00\x00\x00"
+    assert foreign_protocol(preface) == "HTTP/2" and foreign_protocol(preface[:16]) == "HTTP/2"
+    assert foreign_protocol(b"PRI * HTTP/1.1\r\n") is None
+    grpc = "127.0.0.1:38081"
+    groups = {findings_module.UNDECODABLE: {(f"127.0.0.1:40690>{grpc}@1.0", grpc, "HTTP/2"): [6806, 0.0, 0.0, None]}}
+    endpoints = [{"endpoint": "127.0.0.1:38876", "kind": "nameserver", "accepted": 9, "outages": [], "refused": []},
+                 {"endpoint": grpc, "kind": "unknown", "accepted": 4, "outages": [], "refused": []}]
+    found = findings_module.evidence([], groups, [], {}, endpoints)
+    (unread,) = [item for item in found if item["kind"] == "server_unread"]
+    assert unread["severity"] == "info" and unread["protocol"] == "HTTP/2"
+    assert "not read): HTTP/2 (gRPC: a 5.x proxy's gRPC port" in unread["message"]
+    (undecodable,) = [item for item in found if item["kind"] == "undecodable_connection"]
+    assert undecodable["protocol"] == "HTTP/2" and "HTTP/2 (gRPC" in undecodable["message"]
+
+
+def test_an_undecodable_connection_is_named_with_its_opening_time_as_every_line_says_times() -> None:
+    """The connection's id is its rows' key, ``client>server@opened`` with opened in epoch seconds;
+    put into the lines as it was, an operator read "127.0.0.1:47788>127.0.0.1:9876@1796113649.190110"
+    (v5-javatls). The lines say it in ISO UTC, as every other time; the field keeps the key."""
+    server = "127.0.0.1:9876"
+    conn = f"127.0.0.1:47788>{server}@1796113649.19011"
+    other = f"127.0.0.1:60522>{server}@1796113688.800492"
+    groups = {findings_module.UNDECODABLE: {(conn, server, "TLS"): [11044, 0.0, 0.0, None],
+                                            (other, server, "TLS"): [493, 0.0, 0.0, None]}}
+    endpoint = {"endpoint": server, "kind": "nameserver", "accepted": 2, "outages": [], "refused": []}
+    found_items = findings_module.evidence([], groups, [], {}, [endpoint])
+    items = [i for i in found_items if i["kind"] == "undecodable_connection"]
+    (item,) = [i for i in items if i["connection"] == conn]
+    assert item["connection"] == conn
+    assert item["message"].startswith(f"127.0.0.1:47788>{server}@2026-12-01T08:27:29.190110Z: 11,044 bytes")
+    (found,) = [f for f in findings_module.attention(items)["findings"] if f["kind"] == "undecodable_connection"]
+    assert "@2026-12-01T08:27:29.190110Z (11,044 bytes)" in found["message"] and "@1796113649" not in found["message"]
+
+
 def test_a_capture_that_shrank_while_read_is_one_line_and_exit_8(spark, tmp_path, monkeypatch, capsys) -> None:
     """A capture truncated while its task read it (a tcpdump -W ring writing its oldest file anew)
     killed the task by SIGBUS: Spark said "Python worker exited unexpectedly (crashed)" in 250 lines

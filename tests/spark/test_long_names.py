@@ -95,3 +95,36 @@ def test_the_page_s_tables_clip_a_long_name_with_the_whole_in_its_title(spark, t
     for plot in ("timeline", "intervals", "topics", "requests", "latency"):
         div = dom[dom.index(f'id="plot-{plot}"'):]
         assert 'class="main-svg"' in div[:div.index("</svg>")], f"{plot} not drawn"
+
+
+def test_a_broker_named_in_3000_characters_is_told_with_its_id_and_address(spark, tmp_path: Path) -> None:
+    """v5-longname: a Java 5.3.3 NameServer took a broker named in 3,000 characters (answered SUCCESS,
+    served its route, logged its unregister). The report told four refused stays with no broker id
+    (the replay held its tables to our maxNameLength) and said nothing of them; then, told as a stay,
+    its line clipped the whole label, "DefaultCluster / broker-LLL...(3048 characters)", leaving out
+    its id and address. Each part of a label is clipped by itself: the name clipped, who it is kept."""
+    out = run_job(spark, [str(REAL / "v5-longname" / "v5-longname.pcap.xz")], tmp_path / "out", report=False)
+    name = "broker-" + "L" * 2993
+    (row,) = [row for row in out.brokers if row["broker_name"] == name]  # brokers.csv: whole, one stay
+    assert (row["broker_id"], row["role"], row["ended"], row["registrations"]) == ("0", "MASTER", "unregistered", "4")
+    (found,) = [f for f in out.summary["findings"] if f["kind"] == "broker_unregistered"]
+    (item,) = [e for e in found["evidence"] if e["broker_addr"] == "127.0.0.1:11911"]
+    for line in (found["message"], item["message"]):  # the headline's list and the stay's own line
+        assert f"DefaultCluster / {clipped_name(name)} / 0 (MASTER) / 127.0.0.1:11911" in line
+        assert name not in line
+
+
+def test_the_pictures_clip_each_part_of_a_long_broker_label() -> None:
+    """report.html's pictures label each stay on their axis: a broker named in 3,000 characters
+    (v5-longname) made a label that took the plots' whole width, the heartbeats squeezed into a
+    sliver beside it. Each part of the label is clipped by itself, its id, role and address kept."""
+    from spark_analysis.output.report import PICTURE_PART_MAX, stay_labels, timeline_rows
+
+    name = "broker-" + "L" * 2993
+    stay = {"cluster": "DefaultCluster", "broker_name": name, "broker_id": 0, "role": "MASTER",
+            "broker_addr": "127.0.0.1:11911", "server": "127.0.0.1:9876", "first_seen": "2026-12-01T08:15:37Z",
+            "ids": [{"broker_id": 0, "role": "MASTER", "from": "2026-12-01T08:15:37Z"}]}
+    expected = f"DefaultCluster / {clipped_name(name, PICTURE_PART_MAX)} / 0 (MASTER) / 127.0.0.1:11911"
+    assert stay_labels([stay], lambda label, broker: label) == [expected]
+    assert [row[0] for row in timeline_rows([stay], lambda label, broker: label)] == [expected]
+    assert len(expected) < 160

@@ -637,16 +637,19 @@ def test_a_long_silence_costs_the_scans_that_can_expire_something(monkeypatch) -
     assert len(scans) < 100
 
 
-def test_a_registration_past_a_limit_of_the_tables_is_refused_not_the_end_of_the_report() -> None:
-    """Any peer registers under any name, and a capture keeps what the server refused too: a broker
-    named in 600 characters (over maxNameLength) raised RegistrationRefused out of the replay, and the
-    whole report stopped (a Python worker's traceback, exit 1). It is a refused stay now, as when the
-    server answered the refusal, and the brokers after it replay as before."""
-    long = "b" * 600
+def test_a_registration_past_our_limits_that_the_server_took_is_a_stay_with_its_id() -> None:
+    """Any peer registers under any name, and a capture keeps what the server refused too. A Java
+    NameServer has no maxNameLength (our server's guard): it took a broker named in 3,000 characters
+    (answered SUCCESS, logged "new broker registered"), and the replay, holding its tables to our
+    limits, told a refused stay with no broker id, the broker's lookups and unregister judged against
+    tables without it. The server's answers say what it refused: a registration it answered SUCCESS
+    (or whose answer the capture lacks) is a stay with its id; one it answered with an error is a
+    refused stay, the tables as they were, and the brokers after it replay as before."""
+    long = "b" * 3000
     replay = replayed([registration(10.0, name=long), registration(20.0, addr="10.0.0.2:10911"),
-                       registration(40.0, name=long)], end=60.0)
-    assert ends_of(replay) == [("10.0.0.1:10911", None, 10.0, "refused", 10.0),
-                               ("10.0.0.2:10911", 0, 20.0, "alive", None),
-                               ("10.0.0.1:10911", None, 40.0, "refused", 40.0)]
-    answered = replayed([registration(10.0, alive=False), registration(40.0, alive=False)], end=60.0)
-    assert [stay.end for stay in answered.stays] == ["refused", "refused"]  # as the server's answered refusals
+                       registration(40.0, name=long), event(50.0, UNREGISTER, False, name=long)], end=60.0)
+    assert ends_of(replay) == [("10.0.0.1:10911", 0, 10.0, "unregistered", 50.0),
+                               ("10.0.0.2:10911", 0, 20.0, "alive", None)]
+    assert replay.stays[0].broker_name == long
+    answered = replayed([registration(10.0, name=long, alive=False), registration(40.0, alive=False)], end=60.0)
+    assert [(stay.end, stay.broker_id) for stay in answered.stays] == [("refused", None), ("refused", None)]

@@ -70,7 +70,7 @@ def test_a_ring_with_its_middle_file_lost_tells_the_stretch_and_nothing_across_i
     producer's traffic): the stretch missing said first with the ring's wrap, broker-a alive at the
     end as the truth has it, and no stop, expiry, close or silence told across the gap."""
     truth = truth_of("v4-ring3")
-    files = [str(REAL / "v4-ring3" / f) for f in ("v4-ring3.pcap2.gz", "v4-ring3.pcap1.gz")]
+    files = [str(REAL / "v4-ring3" / f) for f in ("v4-ring3.pcap2.xz", "v4-ring3.pcap1.xz")]
     out = run_job(spark, files, tmp_path / "out", report=False)
     kinds = {item["kind"] for f in out.summary["findings"] for item in f["evidence"]}
     # the producer's TopicTest lookups failed before broker-a registered it (autoCreateTopicEnable): made later

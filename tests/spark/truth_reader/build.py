@@ -480,11 +480,15 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
         truth["other_servers"] = other_servers(other_conns, why)
     if port_checks:
         truth["port_checks"] = port_checks
-    if unread := unread_connections(conns, [*namesrvs, *speaking]):
+    # another service captured beside the NameServers whose clients all speak one other protocol (a 5.x
+    # proxy's gRPC port: HTTP/2): unread, as a web server on the NameServer's port is, its connections too
+    beside = {e: protocol for e in sorted({c.server for c in other_conns})
+              if (protocol := other_protocol(other_conns, e)) is not None}
+    if unread := unread_connections(conns + other_conns, [*namesrvs, *speaking, *beside]):
         truth["unread_connections"] = unread
     cut_out = cut_before_payload(conns, namesrvs) + [
-        {"endpoint": e, "accepted": sum(c.server == e and bool(c.synack) for c in conns), "why": f"speaks {protocol}",
-         "protocol": protocol} for e, protocol in sorted(speaking.items())]
+        {"endpoint": e, "accepted": sum(c.server == e and bool(c.synack) for c in conns + other_conns),
+         "why": f"speaks {protocol}", "protocol": protocol} for e, protocol in sorted({**speaking, **beside}.items())]
     if cut_out:
         truth["unread_servers"] = cut_out
     if a.served_log:
@@ -591,15 +595,19 @@ def unread_connections(conns, namesrvs: list[str]) -> list[dict]:
 #: how an HTTP request starts (RFC 9110's methods, then a space) and how an HTTP answer does
 HTTP_REQUEST = re.compile(rb"(GET|HEAD|POST|PUT|DELETE|CONNECT|OPTIONS|TRACE|PATCH) ")
 HTTP_ANSWER = b"HTTP/"
+#: how an HTTP/2 client's connection begins (RFC 9113's preface: a gRPC client's, as 5.x SDKs are)
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n"
 
 
 def protocol_of(c) -> str | None:
     """What a connection's bytes that are no remoting frame speak, by its first bytes: a TLS record
-    (a handshake's first byte 0x16, version 3.x: a client with TLS on), HTTP (a request's method, or an
-    answer's ``HTTP/``), else None."""
+    (a handshake's first byte 0x16, version 3.x: a client with TLS on), HTTP/2 (its preface: a gRPC
+    client), HTTP (a request's method, or an answer's ``HTTP/``), else None."""
     client, server = bytes(c.data["c"][:16]), bytes(c.data["s"][:16])
     if client[:2] == b"\x16\x03":
         return "TLS"
+    if client.startswith(HTTP2_PREFACE):
+        return "HTTP/2"
     if HTTP_REQUEST.match(client) or server.startswith(HTTP_ANSWER):
         return "HTTP"
     return None

@@ -139,6 +139,10 @@ ARGS: dict[str, list[str]] = {
     "v5-split": _one("5.3.3", "--note", "broker-a registers its 1,513 topics in two bodies every 30 s "
                      "(enableSplitRegistration, splitRegistrationSize 800); namesrv.log leaves out its 1,500 lines "
                      "'new topic registered, SplitTopicNNNN'"),
+    "v5-longname": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note",
+                        "broker-long's brokerName is 'broker-' and 2,993 'L' (3,000 characters; "
+                        "steps.txt and namesrv.log write it broker-L{2993}): the Java NameServer takes it (no limit on "
+                        "a name's length), answers SUCCESS, logs 'new broker registered' and serves its route"),
     "v5-restart2": _one("5.3.3", "--restart", "namesrv stop$", "namesrv start$", "--restart",
                         r"namesrv stop \(again\)", r"namesrv start \(again\)", "--note",
                         "The second run listened for about a second before its SIGTERM: its log has 'RemotingServer "
@@ -175,6 +179,13 @@ ARGS: dict[str, list[str]] = {
                      "mode) is the NameServer's client for the gRPC producers and consumers behind it: their topics' "
                      "route lookups are its, on its own connections; a gRPC client's failed send is a TOPIC_NOT_EXIST "
                      "answer to the proxy", ports="38876", endpoint="127.0.0.1:38876"),
+    "v5-proxygrpc": _one("5.3.3", "--stopped", "127.0.0.1:38876=namesrv stop", "--why",
+                         "127.0.0.1:38081=the proxy's launch script polls its gRPC port every 0.1 s until it listens",
+                         "--note", "The 5.3.3 proxy's host captured with its NameServer: tcpdump on the NameServer's "
+                         "port and the proxy's gRPC (38081) and remoting (38080, not used: the gRPC client is its only "
+                         "client) ports. The proxy's remoting talk to the NameServer is read at 38876; its gRPC "
+                         "clients' HTTP/2 at 38081 is not RocketMQ remoting", ports="38876",
+                         endpoint="127.0.0.1:38876"),
     "v4-lossy": _one("4.9.8", "--stopped", "10.66.0.1:9876=namesrv stop", "--second-point",
                      "v4-lossy-brokerhost.pcap.gz", "--clock-ahead", "0", "--note", "Two hosts on one clock (two "
                      "network namespaces), a lossy, reordering, duplicating link between them (steps: 3% loss, 10% "
@@ -237,7 +248,7 @@ ARGS: dict[str, list[str]] = {
                     "fourth; the set begins mid-stream, long after the brokers registered. Linux cooked v2, every "
                     f"packet longer than 96 bytes cut there; a broker whose brokerAddr the cut left out is named "
                     f"{CUT_NAMING}"),
-    "v4-ring3": _one("4.9.8", "--other-ports", "10911", "10931", "--ring", "v4-ring3.pcap2.gz", "2", "--note",
+    "v4-ring3": _one("4.9.8", "--other-ports", "10911", "10931", "--ring", "v4-ring3.pcap2.xz", "2", "--note",
                      "tcpdump -i any -C 1 -W 3 with no filter and whole packets: a ring of three 1 MB files that "
                      "wrapped (five files written, the first two overwritten: tcpdump's listing in the steps): "
                      "v4-ring3.pcap2 holds the third, v4-ring3.pcap0 the fourth, v4-ring3.pcap1 the fifth; the set "
@@ -340,6 +351,12 @@ ARGS: dict[str, list[str]] = {
                    "tls.server.mode enforcing (--tls-mode enforcing): four TLS clients (namesrv-admin --tls), then a "
                    "plain one the server closed without a byte (turned_away); the launch script's poll wrote a "
                    "newline (1 byte, unread, refused as plain by the log)", why=OUR_RETRY.split(";")[0]),
+    "v5-javatls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note",
+                       "The Java NameServer with -Dtls.server.mode=enforcing (a self-signed certificate: "
+                       "tls.test.mode.enable as shipped), broker-a and one mqadmin with -Dtls.enable=true: its own "
+                       "scanAvailableNameSrv client, the broker and that mqadmin speak TLS; a plain mqadmin's request "
+                       "is refused ('Clients intend to establish an insecure connection while this server is running "
+                       "in SSL enforcing mode'), its connection closed without a byte (turned_away)"),
     "v5-ours": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
     "v5-ours-kill": _one("5.3.3", "--restart", "kill -9 namesrv", "namesrv start", "--note", OUR_NOTE,
