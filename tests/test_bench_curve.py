@@ -227,3 +227,16 @@ def test_every_step_of_the_curve_fits_the_route_tables_default_limits(curve):
     assert max(groups.values()) <= config["maxBrokerGroups"]
     assert max(groups.values()) <= config["maxBrokers"]  # one broker a group
     assert max(entries.values()) <= config["maxTopicQueueEntries"]
+
+
+def test_the_load_at_sched_idle_goes_back_to_the_normal_policy_before_the_next_server(curve):
+    """``--load-idle``, ``--probe-idle``: the load, the probe at SCHED_IDLE while a step runs; the curve's process
+    back at the normal policy after it, so the next server it starts (a child inherits the policy)
+    runs as before. Tried in a child process: the test's own policy is left alone."""
+    if not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("no SCHED_IDLE here")
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import curve\n"
+            "assert curve.load_priority(True) and os.sched_getscheduler(0) == os.SCHED_IDLE\n"
+            "assert curve.probe_priority(idle=True) == 'idle' and os.sched_getscheduler(0) == os.SCHED_IDLE\n"
+            "assert curve.load_priority(False) and os.sched_getscheduler(0) == os.SCHED_OTHER\n")
+    subprocess.run([sys.executable, "-c", code, str(BENCH)], check=True, timeout=60)

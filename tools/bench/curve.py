@@ -32,6 +32,10 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
   core at all (its steal, ``/proc/stat``, in 10 ms steps): a thread runnable then waited for it;
 - RSS after registration (with the client connections open) and at the end.
 
+``--load-idle`` runs the load (the brokers, the idle client connections) at SCHED_IDLE while a step
+runs, ``--probe-idle`` the probe too (``load_priority``; off by default): production's brokers and
+clients run on other hosts, not beside the server.
+
 Every step runs against ours and each ``--compare`` server in turn, ``--rounds`` times
 interleaved; before each run the previous server's whole process group is gone and the machine
 idle (under QUIET_CORES busy over a second, at most ``--quiet-timeout`` s: each record's
@@ -371,12 +375,15 @@ def broker_tables(step: Step) -> list[tuple[str, str, list[str]]]:
 # ---- the probe: its own process, a closed loop of lookups on one connection -------------------
 
 
-def probe_priority() -> str:
+def probe_priority(idle: bool = False) -> str:
     """Put the probe ahead of the load generator on their shared core (1): SCHED_FIFO, else nice
     -20, else as it is; what it got.  At normal priority a lookup's reply waited while this
     process's brokers held the core,
     and that wait, the same for any server, was counted as the server's.  It sleeps between lookups
-    and blocks on its socket, so it takes the core only to send and read."""
+    and blocks on its socket, so it takes the core only to send and read.  ``idle``
+    (``--probe-idle``): SCHED_IDLE, as the load's with ``--load-idle``."""
+    if idle:
+        return "idle" if load_priority(True) else "normal"
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
         return "fifo"
@@ -387,6 +394,23 @@ def probe_priority() -> str:
         return "nice -20"
     except OSError:
         return "normal"
+
+
+def load_priority(idle: bool) -> bool:
+    """This process at SCHED_IDLE (``idle``), or back at the normal policy: whether it was set.
+    ``--load-idle`` puts the curve's load (its brokers, the idle client connections it holds) there
+    while a step runs, and back before the next server starts (a child inherits the policy): in
+    production the brokers and clients run on other hosts, and the kernel places a woken task on a
+    core that runs only SCHED_IDLE tasks as on an idle one, so the load's core is where the
+    machine's other work goes, not the server's.  ``--probe-idle`` puts the probe there too (on a
+    busy machine its own wait for core 1 is then most of its longest wait: ``probe_max_own_runqueue_ms``)."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return False
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE if idle else os.SCHED_OTHER, os.sched_param(0))
+    except OSError:
+        return False
+    return True
 
 
 def read_answer(s: socket.socket) -> None:
@@ -415,13 +439,14 @@ def read_answer(s: socket.socket) -> None:
 Sample = tuple[float, float, float, float, float, float, int, float, float, float, float, float]
 
 
-def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None) -> None:
+def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None, idle: bool = False) -> None:
     """Lookups in a closed loop; each sample (``Sample``): its start, its round trip (s), how long
     of it the probe itself waited for its CPU (ms: ``probe_runqueue_max_ms``, the part no server
     caused), and how long the server's main thread (``server_pid``'s: our reactor) ran and waited
-    for its core meanwhile (``window``: what the longest wait was made of)."""
+    for its core meanwhile (``window``: what the longest wait was made of); ``idle``: the probe at
+    SCHED_IDLE (``load_priority``)."""
     os.sched_setaffinity(0, {1}) if (os.cpu_count() or 1) > 1 else None
-    probe_priority()
+    probe_priority(idle)
     s = socket.create_connection((HOST, port), timeout=120)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     server = Schedstat(f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent")
@@ -641,7 +666,21 @@ def routes_gone(port: int, topics: list[str]) -> bool:
     return True
 
 
-async def run_step(step: Step, server: Server, port: int, disconnect_timeout: float) -> dict[str, Any]:
+async def run_step(step: Step, server: Server, port: int, disconnect_timeout: float,
+                   load_idle: bool = False, probe_idle: bool = False) -> dict[str, Any]:
+    """One step's phases on a started server (``load_idle``, ``probe_idle``: the load, the probe at
+    SCHED_IDLE meanwhile, ``load_priority``)."""
+    if load_idle:
+        load_priority(True)
+    try:
+        return await _run_step(step, server, port, disconnect_timeout, probe_idle)
+    finally:
+        if load_idle:
+            load_priority(False)
+
+
+async def _run_step(step: Step, server: Server, port: int, disconnect_timeout: float,
+                    probe_idle: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_mib_idle": server.rss_mib()}
     tables = broker_tables(step)
     first = [register_frames(n, a, t, 1) for n, a, t in tables]
@@ -651,7 +690,8 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             s.sendall(f)
             read_frame(s)
         stop, (receive, send) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
-        probe = multiprocessing.Process(target=probe_loop, args=(port, stop, send, server.main_pid()), daemon=True)
+        probe = multiprocessing.Process(target=probe_loop, args=(port, stop, send, server.main_pid(), probe_idle),
+                                        daemon=True)
         probe.start()
         try:
             await asyncio.sleep(1)
@@ -780,11 +820,12 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 
 def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scratch: Path, records_path: Path,
             disconnect_timeout: float, ready_timeout: float, after_each: Any = None,
-            quiet_timeout: float = 30) -> list[dict[str, Any]]:
+            quiet_timeout: float = 30, load_idle: bool = False, probe_idle: bool = False) -> list[dict[str, Any]]:
     """Every (round, step, server) not already measured in ``records_path``, appended to it as
     soon as it ends: a run stopped at any point leaves every finished run, and the same command
     goes on from there. A run that failed is tried again. ``ready_timeout``: how long a server
-    may take to answer (a command that first waits for a shared resource needs long)."""
+    may take to answer (a command that first waits for a shared resource needs long); ``load_idle``,
+    ``probe_idle``: the load, the probe at SCHED_IDLE while each step runs (``load_priority``)."""
     records = load_records(records_path)
     if records_path.exists() and not records_path.read_bytes().endswith(b"\n"):
         with records_path.open("a") as f:  # a line cut by a kill: the next run starts a line of its own
@@ -803,11 +844,13 @@ def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scra
                 record: dict[str, Any] = {"round": round_, "step": step.name, "server": label, "commit": head,
                                           "compat": step.compat, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime()),
-                                          "loadavg": [round(x, 2) for x in load], "quiet_before": quiet}
+                                          "loadavg": [round(x, 2) for x in load], "quiet_before": quiet,
+                                          **({"load_priority": "idle"} if load_idle else {}),
+                                          **({"probe_priority": "idle"} if probe_idle else {})}
                 try:
                     port = server.wait_ready(ready_timeout)
                     record["server_pid"] = server.main_pid()
-                    figures = asyncio.run(run_step(step, server, port, disconnect_timeout))
+                    figures = asyncio.run(run_step(step, server, port, disconnect_timeout, load_idle, probe_idle))
                     record["phase_windows"] = figures.pop("phase_windows")
                     # what a scheduler trace of the run needs to say who held the server's core
                     record["probe_max_at"] = figures.pop("probe_max_at")
@@ -906,6 +949,12 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
     p.add_argument("--quiet-timeout", type=float, default=30, metavar="S",
                    help=f"before each run, wait at most S for the machine to be idle (under {QUIET_CORES} cores "
                         "busy over a second); each record's quiet_before says how long and how busy")
+    p.add_argument("--load-idle", action="store_true",
+                   help="the load (the brokers, the idle clients) at SCHED_IDLE while a step runs, for either "
+                        "server (production's brokers and clients run on other hosts): the records say "
+                        "load_priority idle; off by default")
+    p.add_argument("--probe-idle", action="store_true",
+                   help="the probe at SCHED_IDLE too, not SCHED_FIFO (records: probe_priority idle); off by default")
     a = p.parse_args(argv)
     every = [n for n in STEPS if n != "tiny"]  # tiny: the tool's smoke run, no curve step
     names = REDUCED if a.steps == "reduced" else every if a.steps == "all" else a.steps.split(",")
@@ -942,7 +991,7 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
         print(f"[curve] runs written to {records_path}", file=sys.stderr, flush=True)
         try:
             records = measure(steps, servers, a.rounds, scratch, records_path, a.disconnect_timeout,
-                              a.ready_timeout, report, a.quiet_timeout)
+                              a.ready_timeout, report, a.quiet_timeout, a.load_idle, a.probe_idle)
         finally:
             tidy(scratch)
     report(records)

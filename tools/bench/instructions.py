@@ -23,11 +23,14 @@ more (1,000 brokers), four commits of one day counted 0.095-0.194 M, not in the 
 NameServer), not 8 in flight.  ``--lookups N`` counts a route lookup instead: ``--fewer`` brokers
 registered, then the probe's topic looked up N and 2N times in a closed loop on one connection (the
 curve's probe's, without its sleep), every lookup a wake-up of the reactor, a read and a send.
+``--idle N`` holds N client connections open throughout, each having looked the probe's topic up
+once (the curve's ``clients-10k`` and ``clients-19.5k`` hold 10,000 and 19,500): whether a lookup or
+a heartbeat costs more with more connections held (their opening is in both runs alike).
 
     .venv/bin/python tools/bench/instructions.py [--step brokers-5000] [--fewer 500] [--more 1500] [--tree D]
     .venv/bin/python tools/bench/instructions.py --at-once
     .venv/bin/python tools/bench/instructions.py --repeated [--renewals 4] [--step brokers-5000] [--more 1500]
-    .venv/bin/python tools/bench/instructions.py --lookups 3000 [--fewer 10]
+    .venv/bin/python tools/bench/instructions.py --lookups 3000 [--fewer 10] [--idle 19500]
 
 Needs valgrind (``apt-get install valgrind``: callgrind and callgrind_control); each run takes a minute or two.
 """
@@ -68,7 +71,7 @@ UNTIMED = HOLD_TIMERS + "; from twisted_namesrv.__main__ import main; main()"
 
 def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 1, lookups: int = 0,
           spread: float | None = None, storm: float | None = None, kept_lookup: bool = False,
-          layer: str | None = None) -> int:
+          layer: str | None = None, idle: int = 0) -> int:
     """The server's instructions from its start to its last answer, ``brokers`` of the step
     registered (each table sent ``sends`` times, the curve's way: all once, then all again), then
     ``lookups`` route lookups in a closed loop on one connection (the curve's probe's, without its
@@ -78,7 +81,8 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
     ``kept_lookup``: the probe's topic looked up twice first (its answer kept, as the curve's probe's
     is, its broker connected throughout: ``keep_lookup``); ``layer``: only what runs inside that
     function's calls (``layers.py``'s rule and names: each call routed through ``operator.call``,
-    which callgrind alone counts), its callees included."""
+    which callgrind alone counts), its callees included; ``idle``: that many client connections
+    held open throughout, each having looked the probe's topic up once (``hold_idle``)."""
     tables = curve.broker_tables(step)[:brokers]
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-instructions-"))
@@ -91,12 +95,19 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
     command = (f"valgrind --tool=callgrind {only}--callgrind-out-file={shlex.quote(str(out))}.%p {shlex.quote(python)} "
                f"-c {shlex.quote(code)} --port {{port}} --bind 127.0.0.1 --data-dir {{data_dir}} "
                "--compat {compat}")
+    if idle:  # room for them, and none closed as idle while valgrind slows everything some fifty times
+        props = scratch / "idle.properties"
+        props.write_text(f"maxConnections={idle + brokers + 100}\nserverChannelMaxIdleTimeSeconds=86400\n")
+        command += f" -c {shlex.quote(str(props))}"
+        curve.raise_fd_limit(idle + brokers + 100)
     curve.REPO = tree  # the server's working directory: its code
     server = curve.Server(command, scratch, "counted", step=step)
     conns: list[socket.socket] = []
     prober: socket.socket | None = None
+    held: list[socket.socket] = []
     try:
         port = server.wait_ready(300)
+        held = hold_idle(port, idle)
 
         conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
         for conn in conns:
@@ -107,7 +118,7 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         look_up(port, lookups)
         return counted_so_far(server.proc.pid, port, out)
     finally:
-        for conn in conns:
+        for conn in conns + held:
             conn.close()
         if prober is not None:
             prober.close()
@@ -116,6 +127,18 @@ def count(tree: Path, step: curve.Step, brokers: int, python: str, sends: int = 
         for dump in scratch.glob(f"{out.name}.*"):  # (megabytes each, read already)
             dump.unlink()
         curve.tidy(scratch)
+
+
+def hold_idle(port: int, count: int) -> list[socket.socket]:
+    """``count`` client connections, each having looked the probe's topic up once (its route
+    registered first on a broker of its own, gone again), held open as the curve's clients are."""
+    if not count:
+        return []
+    with socket.create_connection((curve.HOST, port)) as broker:
+        for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
+            broker.sendall(frame)
+            curve.read_frame(broker)
+        return curve.open_clients(port, count)
 
 
 def keep_lookup(port: int) -> socket.socket:
@@ -192,6 +215,8 @@ def main() -> None:
     p.add_argument("--layer", metavar="L",
                    help="count only inside this function's calls, its callees included (layers.py's names: "
                         "module:Class:name or module::name), e.g. twisted_namesrv.server:RemotingProtocol:dataReceived")
+    p.add_argument("--idle", type=int, default=0, metavar="N",
+                   help="N client connections held open throughout, each having looked a topic up once")
     p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server is counted (this one)")
     p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
                    help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
@@ -202,16 +227,17 @@ def main() -> None:
         os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
     step = curve.step_named(a.step)
     if a.lookups:
-        once, twice = (count(a.tree.resolve(), step, a.fewer, a.python, lookups=n) for n in (a.lookups, 2 * a.lookups))
+        once, twice = (count(a.tree.resolve(), step, a.fewer, a.python, lookups=n, idle=a.idle)
+                       for n in (a.lookups, 2 * a.lookups))
         print(f"{a.tree}: {(twice - once) / a.lookups / 1e3:.1f} k instructions a route lookup ({a.step}, "
-              f"{a.fewer:,} brokers registered, then {a.lookups:,} and {2 * a.lookups:,} lookups: {once:,} and "
-              f"{twice:,})", flush=True)
+              f"{a.fewer:,} brokers registered, {a.idle:,} idle connections, then {a.lookups:,} and "
+              f"{2 * a.lookups:,} lookups: {once:,} and {twice:,})", flush=True)
         return
     if a.repeated:
-        once, again = (count(a.tree.resolve(), step, a.more, a.python, sends, storm=a.storm, kept_lookup=a.kept_lookup)
-                       for sends in (1, 1 + a.renewals))
+        once, again = (count(a.tree.resolve(), step, a.more, a.python, sends, storm=a.storm, kept_lookup=a.kept_lookup,
+                             idle=a.idle) for sends in (1, 1 + a.renewals))
         how = ("" if a.storm is None else f", each time spread over {a.storm:g} s") + (
-            ", a lookup's answer kept" if a.kept_lookup else "")
+            ", a lookup's answer kept" if a.kept_lookup else "") + (f", {a.idle:,} idle connections" if a.idle else "")
         print(f"{a.tree}: {(again - once) / a.more / a.renewals / 1e6:.3f} M instructions a repeated registration "
               f"({a.step}, {a.more:,} brokers registered, then sent again 0 and {a.renewals} times{how}: {once:,} "
               f"and {again:,})", flush=True)
