@@ -4,9 +4,11 @@ Java's TopicValidator (4.9.8 and 5.3.3) lists the system topics by name (TBW102,
 RMQ_SYS_TRANS_HALF_TOPIC, ...) and by the ``rmq_sys_`` prefix; MixAll names a consumer group's retry
 and dead-letter topics ``%RETRY%group`` and ``%DLQ%group``; and every broker registers a topic named
 after itself and one named after its cluster (brokerTopicEnable / clusterTopicEnable), and
-``CLUSTER_REPLY_TOPIC``.  When a broker goes, those go with it by design: an operator asked
-"which topics did the outage take?" wants the application's topics, so the status page and
-``namesrv_lost_topics`` leave these out.
+``CLUSTER_REPLY_TOPIC``.  A 5.x proxy has a topic of its own, ``DefaultHeartBeatSyncerTopic``
+(ProxyConfig.heartbeatSyncerTopicName), which it makes on its cluster's brokers as it starts
+(AbstractSystemMessageSyncer.createSysTopic: createTopicOnTopicBrokerIfNotExist).  When a broker
+goes, those go with it by design: an operator asked "which topics did the outage take?" wants the
+application's topics, so the status page and ``namesrv_lost_topics`` leave these out.
 
 Some of them take no writes by design (state/registration.py's ``write_off_by_design``, where the
 routes count by it as the tables change): Java's TopicConfigManager.init
@@ -28,6 +30,10 @@ SYSTEM_TOPICS = frozenset({
 })
 #: TopicValidator.SYSTEM_TOPIC_PREFIX, and the upper-case RMQ_SYS_ names brokers add beside the set
 SYSTEM_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
+#: ProxyConfig.heartbeatSyncerTopicName's default (5.3.3): the topic a 5.x proxy syncs its clients'
+#: heartbeats on, made by the proxy itself as it starts (AbstractSystemMessageSyncer.createSysTopic),
+#: after its first lookup of the route was answered TOPIC_NOT_EXIST
+PROXY_HEARTBEAT_SYNCER_TOPIC = "DefaultHeartBeatSyncerTopic"
 #: MixAll.RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 #: MixAll.REPLY_TOPIC_POSTFIX: every broker registers CLUSTER_REPLY_TOPIC (request-reply messages)
@@ -45,6 +51,8 @@ def system_topic_kind(topic: str, cluster_names: Container[str] = (),
         return "cluster-named"
     if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_PREFIXES):
         return "system"
+    if topic == PROXY_HEARTBEAT_SYNCER_TOPIC:
+        return "proxy's"
     if topic.startswith(RETRY_PREFIX):
         return "retry"
     if topic.startswith(DLQ_PREFIX):

@@ -40,6 +40,7 @@ from twisted_namesrv.escapes import SHOWN_MAX, clipped_name, clipped_repr, escap
 from twisted_namesrv.remoting import RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import code_name
 from twisted_namesrv.remoting.foreign import HTTP, HTTP2, TLS
+from twisted_namesrv.system_topics import PROXY_HEARTBEAT_SYNCER_TOPIC
 
 #: an answer this late is slow: a third of the Java clients' default 3 s timeout
 SLOW_MS = 1000.0
@@ -1262,9 +1263,18 @@ def _unknown_topic(client: Any, topic: Any, count: int, first: Any, last: Any, m
     since = (f"its route served from {_iso(made)}" if made is not None else
              f"a broker's registration brought it to the NameServer at {_iso(registered)}")
     return _finding("topic_made_on_first_use", INFO, f"{client} asked {count}x for the route of "
-                    f"{clipped_repr(topic)} before it existed (TOPIC_NOT_EXIST until {_iso(last)}, {since}): a topic "
-                    f"made on first use, e.g. by the broker's autoCreateTopicEnable", found_from=_iso(made),
+                    f"{clipped_repr(topic)} before it existed (TOPIC_NOT_EXIST until {_iso(last)}, {since}): "
+                    f"{_made_by(topic)}", found_from=_iso(made),
                     registered_at=_iso(registered), **facts)
+
+
+def _made_by(topic: Any) -> str:
+    """Who makes a topic that did not exist at first: a 5.x proxy its own heartbeat syncer topic
+    (system_topics.PROXY_HEARTBEAT_SYNCER_TOPIC) as it starts, else most often a broker on first send."""
+    if topic == PROXY_HEARTBEAT_SYNCER_TOPIC:
+        return ("a 5.x proxy's own topic (its heartbeat syncer's), which the proxy makes on its cluster's "
+                "brokers as it starts, after this first lookup")
+    return "a topic made on first use, e.g. by the broker's autoCreateTopicEnable"
 
 
 def _group_topic_gone(client: Any, topic: Any, count: int, first: Any, last: Any, had: float) -> Item:

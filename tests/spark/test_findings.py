@@ -578,6 +578,21 @@ def test_a_topic_looked_up_before_it_was_made_is_information_not_a_warning() -> 
     assert findings_module.attention(said)["attention"].startswith("1 warning: 2 unknown topics")
 
 
+def test_the_proxy_s_heartbeat_syncer_topic_is_said_to_be_the_proxy_s_own() -> None:
+    """v5-proxygrpc: the 5.3.3 proxy looks up DefaultHeartBeatSyncerTopic as it starts (TOPIC_NOT_EXIST)
+    and then makes it on its cluster's brokers (AbstractSystemMessageSyncer.createSysTopic). The line
+    put it down to "e.g. the broker's autoCreateTopicEnable"; it is the proxy's own topic, which the
+    server's list of RocketMQ's own topics knows too. A user's topic keeps the broker's words."""
+    from twisted_namesrv.system_topics import PROXY_HEARTBEAT_SYNCER_TOPIC, system_topic_kind
+
+    assert system_topic_kind(PROXY_HEARTBEAT_SYNCER_TOPIC) == "proxy's"
+    proxy = findings_module._unknown_topic("10.0.0.5:1", PROXY_HEARTBEAT_SYNCER_TOPIC, 1, 1.0, 1.0, 2.0)
+    assert proxy["kind"] == "topic_made_on_first_use"
+    assert "a 5.x proxy's own topic" in proxy["message"] and "autoCreateTopicEnable" not in proxy["message"]
+    user = findings_module._unknown_topic("10.0.0.5:1", "TopicTest", 1, 1.0, 1.0, 2.0)
+    assert "the broker's autoCreateTopicEnable" in user["message"] and "proxy" not in user["message"]
+
+
 def test_a_topic_a_broker_registered_after_its_lookups_failed_is_information() -> None:
     """A producer's lookups answered TOPIC_NOT_EXIST, then it sent by the default topic and its
     broker made the topic and registered it (the replay's cause ``made_later``), the producer done
