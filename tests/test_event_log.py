@@ -41,7 +41,8 @@ def test_events_survive_a_kill_and_a_clean_stop_numbered_on(tmp_path):
 def test_the_file_is_bounded_to_the_pages_events(tmp_path):
     served = run(tmp_path)
     for number in range(RECENT_EVENTS + 50):
-        served.service.seen.events.route_event("registered", {"cluster": "c1", "broker": f"b{number}", "addr": "h:1"})
+        served.service.seen.events.route_event("registered", {"cluster": "c1", "broker": f"b{number}",
+                                                                "addr": f"h{number}:1"})
     served.service.events.stopService()
     kept = decode_events((tmp_path / "events.json").read_bytes())
     assert len(kept) == RECENT_EVENTS and kept[-1].info["broker"] == f"b{RECENT_EVENTS + 49}"

@@ -182,7 +182,7 @@ class AuditTrail:
         level = LogLevel.info if event.result in ("ok", "declined") else LogLevel.warn
         log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
         self.counts[event.operation, event.result] += 1
-        self.events.feed_event("audit", event.fields())
+        self.events.feed_event("audit", event.fields(), event.peer)  # held to its host's rate (events.py)
 
 
 class Trail:

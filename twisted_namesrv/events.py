@@ -5,6 +5,16 @@ event (``route_event``, a RouteInfoManager listener) and the audit trail its eve
 (``feed_event``); ``event_log.py`` writes it to the data directory and restores it at start
 (``restore``).  A broker's repeated "changed" events (a new data version at each heartbeat) fold
 into one, so they cannot push the departures out of the last RECENT_EVENTS.
+
+One peer host (``hosts.peer_group``: an IPv6 host's /64) lists at most EVENTS_PER_HOST events a
+minute here; the rest of its minute fold into one ``more`` event of that host, its ``count`` how many
+(each one is still logged and counted: only the page's list and its file are spared).  Without it
+one connection sending an audited request in a loop (3,000 a second) pushed every other event out of
+the list within a tenth of a second.  A host is the peer whose request raised the event (an audited
+request, a registration, an unregistration), for a broker that expired or closed its connection
+the host whose connection registered it, else the address the broker wrote; the NameServer's own
+events (a start, a stall, flapping) and those of a loopback peer (this machine's own tools and
+brokers) count against no host.
 """
 
 from __future__ import annotations
@@ -14,8 +24,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .lost_topics import DEPARTURES
+from .state.hosts import peer_group, peer_host, remote_group
+
 #: events kept for the page (and written by event_log.py)
 RECENT_EVENTS = 200
+#: events one peer host lists a minute; past them its minute is one ``more`` event.  A host of ten
+#: brokers restarting lists all 20 of their departures and registrations; a host flooding takes
+#: EVENTS_PER_HOST + 1 of the RECENT_EVENTS a minute, so the list still holds the last 9 minutes of the
+#: others' events (lost_topics.KEEP_SECONDS: 10)
+EVENTS_PER_HOST = 20
+#: the minute a host's events are counted over (wall-clock seconds; a clock stepped back starts anew)
+HOST_WINDOW_SECONDS = 60.0
+#: hosts counted in one minute; further hosts of that minute count as one, OTHER_HOSTS
+HOSTS_COUNTED = 4096
+OTHER_HOSTS = "other hosts"
+#: the kind of a host's folded events
+MORE = "more"
+#: brokers whose registering host is held for their departure (past it the memory starts again: the
+#: departures of those forgotten count against the address they wrote); maxBrokers is 100,000 by default
+BROKERS_HELD = 1 << 17
+#: the events whose peer's host a broker's departure counts against
+HELD = frozenset({"registered", "confirmed"})
+_UNSEEN = object()
 
 
 @dataclass
@@ -53,12 +84,24 @@ class RecentEvents:
         #: ones: a new one finds the one it folds into without comparing it with every event kept
         #: (with thousands of brokers a registration's "changed" compared 200 infos, 11 us)
         self._changed: dict[frozenset[tuple[str, Any]], RouteEvent] = {}
+        #: when this minute began, and the events each host listed in it, and each one's ``more``
+        self._window = float("-inf")
+        self._listed: dict[str, int] = {}
+        self._more: dict[str, RouteEvent] = {}
+        #: each broker (``broker_key``) registered this run -> the host of the connection that registered it
+        #: (None: loopback), until it departs
+        self._registered_by: dict[tuple[Any, Any, Any], str | None] = {}
+        #: (address as written, a peer's or not) -> its host (an IPv6 address parsed is tens of Python calls)
+        self._hosts: dict[tuple[str, bool], str | None] = {}
 
-    def route_event(self, kind: str, info: dict[str, Any]) -> None:
-        """RouteInfoManager's listener: kept, a repeated "changed" folded into the one before."""
+    def route_event(self, kind: str, info: dict[str, Any], source: str | None = None) -> None:
+        """RouteInfoManager's listener: kept, a repeated "changed" folded into the one before, an
+        event past its host's EVENTS_PER_HOST of the minute folded into the host's ``more``.
+        ``source``: the peer (``host:port``) whose request raised it; None: the broker's address."""
         self.seen += 1
         now = self.clock()
         event = RouteEvent(self.seen, now, kind, dict(info), 1, now)
+        earlier = key = None
         if kind == "changed":
             key = _fold_key(event.info)
             if key is None:  # a value that cannot be a key: looked for among all
@@ -69,14 +112,88 @@ class RecentEvents:
             if earlier is not None:
                 self._drop(earlier)
                 event.count, event.first_ts = earlier.count + 1, earlier.first_ts
+        if earlier is None:  # a new row: counted against its host (a fold takes no row more)
+            # the kept host of a peer read here, a call only when new: a first registration's path
+            host: str | None | object = self._hosts.get((source, True), _UNSEEN) if source is not None else _UNSEEN
+            if host is _UNSEEN or kind in DEPARTURES:
+                host = self._host_of_route_event(kind, info, source)
+            if source is not None and kind in HELD:  # the host its departure counts against (``_registered_by``)
+                registered = self._registered_by
+                if len(registered) >= BROKERS_HELD:
+                    registered.clear()
+                registered[info.get("cluster"), info.get("broker"), info.get("addr")] = host  # type: ignore[assignment]
+            if isinstance(host, str) and self._past_limit(event, host):
+                if kind == "changed" and key is not None and self._changed.get(key) is event:
+                    del self._changed[key]
+                return
         self._append(event)
 
-    def feed_event(self, kind: str, info: dict[str, Any]) -> None:
+    def feed_event(self, kind: str, info: dict[str, Any], source: str | None = None) -> None:
         """An event that is no route event (an audited request, a restart): kept with the route
-        events, numbered in the same sequence."""
+        events, numbered in the same sequence.  ``source``: the peer (``host:port``) whose request
+        it is, held to its host's EVENTS_PER_HOST a minute; None: the NameServer's own."""
         self.seen += 1
         now = self.clock()
-        self._append(RouteEvent(self.seen, now, kind, dict(info), 1, now))
+        event = RouteEvent(self.seen, now, kind, dict(info), 1, now)
+        host = self._host_of(source, True) if source is not None else None
+        if host is None or not self._past_limit(event, host):
+            self._append(event)
+
+    def _host_of_route_event(self, kind: str, info: dict[str, Any], source: str | None) -> str | None:
+        """The host a route event counts against: the peer whose request raised it; for a departure
+        without one (expired, closed, idle), the host whose connection registered the broker (a peer
+        registering fake brokers under addresses of its choosing is held to its own host's rate when
+        they all go at once); else the address the broker wrote."""
+        if kind in DEPARTURES:
+            held = self._registered_by.pop(broker_key(info), _UNSEEN)
+            if source is None and held is not _UNSEEN:
+                return held  # type: ignore[return-value]
+        if source is not None:
+            return self._host_of(source, True)
+        addr = info.get("addr")
+        return self._host_of(addr, False) if isinstance(addr, str) else None
+
+    def _past_limit(self, event: RouteEvent, host: str) -> bool:
+        """Whether ``event`` is past its host's EVENTS_PER_HOST this minute: then it is folded into
+        the host's ``more`` event (made the newest, numbered anew, as a folded "changed" is)."""
+        now = event.ts
+        if not self._window <= now < self._window + HOST_WINDOW_SECONDS:  # a new minute (or the clock stepped back)
+            self._window, self._listed, self._more = now, {}, {}
+        listed = self._listed.get(host)
+        if listed is None and len(self._listed) >= HOSTS_COUNTED:
+            host, listed = OTHER_HOSTS, self._listed.get(OTHER_HOSTS)
+        listed = (listed or 0) + 1
+        self._listed[host] = listed
+        if listed <= EVENTS_PER_HOST:
+            return False
+        more = self._more.get(host)
+        kinds: dict[str, int] = {}
+        if more is not None:
+            self._drop(more)
+            kinds = more.info["kinds"]
+        kinds[event.kind] = kinds.get(event.kind, 0) + 1
+        count = listed - EVENTS_PER_HOST
+        folded = RouteEvent(event.seq, now, MORE, {
+            "host": host, "kinds": kinds,
+            "reason": f"{count} more events from {host} this minute, past the {EVENTS_PER_HOST} a host lists "
+                      "a minute: not listed here (each one is logged and counted)"},
+            count, more.first_ts if more is not None else now)
+        self._more[host] = folded
+        self._append(folded)
+        return True
+
+    def _host_of(self, address: str, peer: bool) -> str | None:
+        """The host a ``host:port`` counts under (``hosts.peer_group``), kept for the next event.
+        A ``peer`` (a connection's) on loopback counts under none: this machine's own tools and
+        brokers, as state/topology.py counts them; a broker's address as it wrote it always does
+        (a remote peer may write 127.0.0.1)."""
+        key = (address, peer)
+        host = self._hosts.get(key, _UNSEEN)
+        if host is _UNSEEN:
+            if len(self._hosts) >= HOSTS_COUNTED:
+                self._hosts.clear()
+            host = self._hosts[key] = remote_group(address) if peer else peer_group(peer_host(address))
+        return host  # type: ignore[return-value]
 
     def _append(self, event: RouteEvent) -> None:
         """``event`` kept as the newest; the oldest, if it goes, out of the index too."""

@@ -424,7 +424,12 @@ def unregister_broker(state: NamesrvState, request: RemotingCommand, peer: Peer)
     header = RegisterBrokerHeader.from_ext(request.ext)  # the same four fields, read by the same rules
     if header.brokerId is None and not state.profile.unregister_by_address:
         raise BadRequest("java.lang.NullPointerException: header field brokerId is missing")
-    state.routes.unregister_broker(header.clusterName, header.brokerAddr, header.brokerName, header.brokerId)
+    topology = state.topology
+    topology.origin = peer.address  # its page event counts against this peer's host (events.py)
+    try:
+        state.routes.unregister_broker(header.clusterName, header.brokerAddr, header.brokerName, header.brokerId)
+    finally:
+        topology.origin = None
     return respond(state, request)
 
 

@@ -241,7 +241,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     config.subscribe(answers.config_changed)
     # route events, each once its change is complete
     routes.listen_lost(lost.departed)
-    routes.listen(told_unless_flapping(flaps, events))
+    routes.listen(told_unless_flapping(flaps, events, topology))
     for heard in (metrics.route_event, departed.route_event, topology.heard):
         routes.listen(heard)
     fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady,
@@ -249,9 +249,12 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     return Owners(state, seen, fds)
 
 
-def told_unless_flapping(flaps: FlapWatch, events: RecentEvents) -> Callable[[str, dict], None]:
+def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
+                         topology: Topology | None = None) -> Callable[[str, dict], None]:
     """The route events' log line and page event, unless the broker flaps (flapping.py): then they
-    are summarised, its start and end one page event each; every one is counted all the same."""
+    are summarised, its start and end one page event each; every one is counted all the same.
+    ``topology.origin``: the peer whose request is being applied, the host a page event counts
+    against (events.py: EVENTS_PER_HOST; read as an attribute: every registration's path)."""
     flapping = flaps.now_flapping
 
     def told(kind: str, info: dict) -> None:
@@ -259,7 +262,7 @@ def told_unless_flapping(flaps: FlapWatch, events: RecentEvents) -> Callable[[st
             flaps.heard(kind, info)  # summarised
             return
         log_route_event(kind, info)
-        events.route_event(kind, info)
+        events.route_event(kind, info, None if topology is None else topology.origin)
         if kind in DEPARTURES:  # may make it flapping: the warning after the departure's line
             flaps.heard(kind, info)
     return told

@@ -116,7 +116,8 @@ class Topology:
         self.groups_per_host = groups_per_host
         #: the peer (``host:port``) whose registration is being applied, set by the processor around
         #: apply_registration (an attribute, not a context manager: it is on every registration's
-        #: path, and only a new group reads it); None: a new group counts against no host
+        #: path, and only a new group reads it); None: a new group counts against no host.  Set
+        #: around unregister_broker too: the page's events count against that host (events.py)
         self.origin: str | None = None
         #: groups in the memory each host brought since this start, and which brought each
         self.brought: Counter[str] = Counter()
