@@ -114,7 +114,8 @@ class RecentEvents:
                 event.count, event.first_ts = earlier.count + 1, earlier.first_ts
         if earlier is None:  # a new row: counted against its host (a fold takes no row more)
             # the kept host of a peer read here, a call only when new: a first registration's path
-            host: str | None | object = self._hosts.get((source, True), _UNSEEN) if source is not None else _UNSEEN
+            host: str | None | object = (self._hosts.get((source.rpartition(":")[0] or source, True), _UNSEEN)
+                                         if source is not None else _UNSEEN)
             if host is _UNSEEN or kind in DEPARTURES:
                 host = self._host_of_route_event(kind, info, source)
             if source is not None and kind in HELD:  # the host its departure counts against (``_registered_by``)
@@ -187,7 +188,9 @@ class RecentEvents:
         A ``peer`` (a connection's) on loopback counts under none: this machine's own tools and
         brokers, as state/topology.py counts them; a broker's address as it wrote it always does
         (a remote peer may write 127.0.0.1)."""
-        key = (address, peer)
+        # kept by the address without its port (a connection's port is new at each connection; the
+        # host is the same): the last ``:`` is the port's, a bare IPv6's last group never leaves its /64
+        key = (address.rpartition(":")[0] or address, peer)
         host = self._hosts.get(key, _UNSEEN)
         if host is _UNSEEN:
             if len(self._hosts) >= HOSTS_COUNTED:
