@@ -982,7 +982,7 @@ def test_a_new_groups_route_event_costs_the_departures_and_the_topology_no_look_
     departed, topology = cluster.service.seen.departed, cluster.service.state.topology
     assert python_calls_run(functools.partial(departed.route_event, "registered", info)) == 1
     assert python_calls_run(functools.partial(topology.heard, "registered", info)) == 6
-    assert topology.group("c", "newcomer").members[0].addr == "127.0.0.1:9" and not departed.brokers()
+    assert topology.group("c", "newcomer").member(0).addr == "127.0.0.1:9" and not departed.brokers()
 
 
 def test_a_table_another_broker_sent_is_held_to_max_topics_per_broker(tmp_path):

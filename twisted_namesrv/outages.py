@@ -240,7 +240,7 @@ def expected_back(group: GroupHealth, up_before: frozenset[tuple[str, str]]) -> 
 
 
 def _absent(known: KnownGroup) -> GroupHealth:
-    master = known.members.get(MASTER_ID)
+    master = known.member(MASTER_ID)
     return GroupHealth(known.cluster, known.broker, master.addr if master else None, False, 0, 0, 0, 0,
                        True, known.left, known.how, master_how=known.master_how)
 

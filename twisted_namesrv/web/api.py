@@ -111,7 +111,7 @@ class StatusApi:
                 known = topology.group(cluster, name) if topology is not None else None
                 listed = {m["addr"] for m in members}
                 members += [_expected_member(member.broker_id, member.addr, known) for member in
-                            (known.members.values() if known else ()) if member.addr not in listed
+                            (known.members if known else ()) if member.addr not in listed
                             and member.broker_id not in addrs]
                 if not members:
                     continue
