@@ -744,3 +744,22 @@ def test_a_route_events_line_into_a_log_file_takes_a_c_lock_and_no_flush(tmp_pat
         " [twisted_namesrv.housekeeping#info] broker registered: cluster=DefaultCluster broker=b00001 id=0 "
         "addr=127.0.0.1:10001 topics=4")
     assert calls <= ROUTE_LINE_CALLS, calls
+
+
+def test_lines_to_stdouts_unbuffered_descriptor_are_not_flushed(tmp_path):
+    """stdout's descriptor is written unbuffered (standard_output): its raw file's flush does
+    nothing, and is not called at every line (one a registration); a buffered stdout still is."""
+    flushed: list[int] = []
+
+    class Raw(io.FileIO):
+        def flush(self) -> None:
+            flushed.append(1)
+
+    raw = Raw(str(tmp_path / "out"), "wb")
+    LineWriter(WholeWrites(raw), lambda event: "a line\n")({"log_time": 0.0})
+    assert (tmp_path / "out").read_text() == "a line\n" and flushed == []
+    buffered = io.StringIO()
+    flushes: list[int] = []
+    buffered.flush = lambda: flushes.append(1)  # type: ignore[method-assign]
+    LineWriter(buffered, lambda event: "a line\n")({"log_time": 0.0})
+    assert flushes == [1]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
+import io
 import json
 import math
 import os
@@ -533,8 +534,9 @@ class LineWriter:
         self._waiting_size = 0
         self._finished = False
         #: whether a line is flushed: not into a log file, which Twisted opens unbuffered (its flush
-        #: does nothing, a Python call a line, one a registration)
-        self.flushes = not isinstance(out, _Whole)
+        #: does nothing, a Python call a line, one a registration), nor into stdout's descriptor
+        #: opened unbuffered (standard_output: a raw file's flush does nothing either)
+        self.flushes = not isinstance(out, _Whole) and not isinstance(getattr(out, "raw", None), io.FileIO)
         self._new_thread()
 
     def __call__(self, event: dict[str, Any]) -> None:
