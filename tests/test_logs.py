@@ -715,3 +715,51 @@ def _open_under(directory) -> list[str]:
         if target.startswith(str(directory)):
             held.append(target)
     return held
+
+
+#: the Python calls of a route event's line written into a log file (``log_route_event`` to the
+#: file's last write, the lambda's own call included): 23 when Twisted's log file took threading's
+#: Python RLock at every line and flushed its unbuffered file
+ROUTE_LINE_CALLS = 20
+
+
+def test_a_route_events_line_into_a_log_file_takes_a_c_lock_and_no_flush(tmp_path, monkeypatch):
+    """A broker's registration is a line in the log file (one a registration, 5,000 in a 5,000-broker
+    start): the file's write is locked by a C RLock, not threading's Python one Twisted makes, and
+    not flushed (Twisted opens the file unbuffered: its flush does nothing); the line is the same."""
+    from twisted.logger import Logger
+    from twisted.python import threadable
+
+    from twisted_namesrv import housekeeping
+    from twisted_namesrv.housekeeping import log_route_event
+
+    threadable.init(1)  # as the reactor's threads make it: Twisted's log file then locks its writes
+    writer = configured_observer("text", str(tmp_path / "namesrv.log"))
+    monkeypatch.setattr(housekeeping, "log", Logger(namespace="twisted_namesrv.housekeeping", observer=writer))
+    info = {"cluster": "DefaultCluster", "broker": "b00001", "id": 0, "addr": "127.0.0.1:10001", "topics": 4}
+    log_route_event("registered", dict(info))  # the file opened, its lock made
+    calls = python_calls_run(lambda: log_route_event("registered", dict(info)))
+    lines = (tmp_path / "namesrv.log").read_text().splitlines()
+    assert len(lines) == 2 and lines[0][24:] == lines[1][24:] == (
+        " [twisted_namesrv.housekeeping#info] broker registered: cluster=DefaultCluster broker=b00001 id=0 "
+        "addr=127.0.0.1:10001 topics=4")
+    assert calls <= ROUTE_LINE_CALLS, calls
+
+
+def test_lines_to_stdouts_unbuffered_descriptor_are_not_flushed(tmp_path):
+    """stdout's descriptor is written unbuffered (standard_output): its raw file's flush does
+    nothing, and is not called at every line (one a registration); a buffered stdout still is."""
+    flushed: list[int] = []
+
+    class Raw(io.FileIO):
+        def flush(self) -> None:
+            flushed.append(1)
+
+    raw = Raw(str(tmp_path / "out"), "wb")
+    LineWriter(WholeWrites(raw), lambda event: "a line\n")({"log_time": 0.0})
+    assert (tmp_path / "out").read_text() == "a line\n" and flushed == []
+    buffered = io.StringIO()
+    flushes: list[int] = []
+    buffered.flush = lambda: flushes.append(1)  # type: ignore[method-assign]
+    LineWriter(buffered, lambda event: "a line\n")({"log_time": 0.0})
+    assert flushes == [1]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
+import io
 import json
 import math
 import os
@@ -128,6 +129,11 @@ class _Whole:
     _checked_at = -math.inf
 
     def _openFile(self) -> None:
+        if "_threadable_lock" not in self.__dict__:
+            # Twisted's lock of write and rotate (threadable.synchronize) is threading's Python RLock
+            # (an XLock, picklable): two Python calls a line, one a registration; C's RLock is the
+            # same lock, reentrant, taken and released in C (a log file is never pickled)
+            self.__dict__["_threadable_lock"] = threading.RLock()
         super()._openFile()  # type: ignore[misc]
         self._checked_at = self.monotonic()
         descriptor = self._file.fileno()
@@ -527,6 +533,10 @@ class LineWriter:
         self._waiting: deque[tuple[str, float | None] | _Lost] = deque()
         self._waiting_size = 0
         self._finished = False
+        #: whether a line is flushed: not into a log file, which Twisted opens unbuffered (its flush
+        #: does nothing, a Python call a line, one a registration), nor into stdout's descriptor
+        #: opened unbuffered (standard_output: a raw file's flush does nothing either)
+        self.flushes = not isinstance(out, _Whole) and not isinstance(getattr(out, "raw", None), io.FileIO)
         self._new_thread()
 
     def __call__(self, event: dict[str, Any]) -> None:
@@ -549,7 +559,8 @@ class LineWriter:
             self._gap = None
         try:  # _write's, without its call (a line per registration)
             self.out.write(text if self.encoding is None else text.encode(self.encoding))
-            self.out.flush()
+            if self.flushes:
+                self.out.flush()
         except OSError as exc:
             self._lose(exc, when)
 
