@@ -5,9 +5,6 @@ host's brokers coming and going at a broker's pace are all listed.  On a fake cl
 
 from __future__ import annotations
 
-from twisted.internet import address
-from twisted.internet.testing import StringTransportWithDisconnection
-
 from tests.test_housekeeping import register
 from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.events import EVENTS_PER_HOST, HOST_WINDOW_SECONDS, MORE, RECENT_EVENTS, RecentEvents
@@ -15,26 +12,16 @@ from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
 
 
-def connect(served: Served, host: str, port: int):
-    """A connection from ``host`` (Served.connect's are all from loopback, which counts against no host)."""
-    peer = address.IPv4Address("TCP", host, port)
-    proto = served.service.factory.buildProtocol(peer)
-    transport = StringTransportWithDisconnection(peerAddress=peer)
-    transport.protocol = proto
-    proto.makeConnection(transport)
-    return proto, transport
-
-
 def test_one_host_s_audited_loop_keeps_the_other_hosts_events_on_the_page(tmp_path):
     """500 DELETE_KV_CONFIG of a key no one has (each an audit event) from 10.9.9.9 after a broker of
     10.1.1.1 registered and closed its connection: before, the page's 200 events were all the loop's
     audit rows and the broker's two were gone; now the loop lists 20 and one ``more ×480``."""
     served = Served(tmp_path)
-    proto, transport = connect(served, "10.1.1.1", 50000)
+    proto, transport = served.connect("10.1.1.1")
     register(proto, transport, addr="10.1.1.1:10911")
     transport.loseConnection()
     served.clock.advance(0)  # its broker leaves at the reactor's next turn
-    loop, loop_transport = connect(served, "10.9.9.9", 50001)
+    loop, loop_transport = served.connect("10.9.9.9")
     for opaque in range(500):
         loop.dataReceived(RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, {"namespace": "n", "key": "k"},
                                                   opaque=opaque, version=V5_3_3).encode())

@@ -12,8 +12,6 @@ import time
 import tracemalloc
 
 import pytest
-from twisted.internet import address
-from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.logger import capturedLogs, formatEvent
 
 from tests.test_audit import ask
@@ -734,16 +732,6 @@ def test_a_new_groups_entry_and_its_file_entry_share_one_key():
     assert kept < 560
 
 
-def connect_from(served: Served, host: str):
-    """A connection from ``host`` (Served.connect's are loopback's, which count against no host)."""
-    peer = address.IPv4Address("TCP", host, next(served.ports))
-    proto = served.service.factory.buildProtocol(peer)
-    transport = StringTransportWithDisconnection(peerAddress=peer)
-    transport.protocol = proto
-    proto.makeConnection(transport)
-    return proto, transport
-
-
 def test_one_host_s_registrations_bring_at_most_groups_per_host_into_the_memory(tmp_path):
     """The attack: one unauthenticated connection registers 100 groups, each a cluster of its own,
     and closes.  Before, all 100 were remembered for good (absent: critical alerts, series, the
@@ -752,7 +740,7 @@ def test_one_host_s_registrations_bring_at_most_groups_per_host_into_the_memory(
     served = Served(tmp_path)
     served.service.topology.startService()
     topology = served.service.state.topology
-    proto, transport = connect_from(served, "10.9.0.1")
+    proto, transport = served.connect("10.9.0.1")
     for j in range(100):
         served.clock.advance(0)  # a turn of its own: past 16 a turn, a registration is answered in the next
         register(proto, transport, f"10.9.1.{j}:10911", f"fake-{j}", extra={"clusterName": f"fc-{j}"})
@@ -773,13 +761,13 @@ def test_one_host_s_registrations_bring_at_most_groups_per_host_into_the_memory(
 
     # another host's groups, and a loopback peer's, are remembered; so is a real group once a
     # retirement gave the host its room back
-    other, other_transport = connect_from(served, "10.9.0.2")
+    other, other_transport = served.connect("10.9.0.2")
     register(other, other_transport, B1, "broker-b1", extra={"clusterName": "cB"})
     local, local_transport = served.connect()
     register(local, local_transport, B2, "broker-b2", extra={"clusterName": "cB"})
     assert {("cB", "broker-b1"), ("cB", "broker-b2")} <= set(topology.groups)
     assert retire(served, "fc-0")[0].code == ResponseCode.SUCCESS
-    again, again_transport = connect_from(served, "10.9.0.1")
+    again, again_transport = served.connect("10.9.0.1")
     register(again, again_transport, "10.9.2.1:10911", "broker-real", extra={"clusterName": "c-real"})
     register(again, again_transport, "10.9.2.2:10911", "broker-real2", extra={"clusterName": "c-real"})
     assert ("c-real", "broker-real") in topology.groups and ("c-real", "broker-real2") not in topology.groups

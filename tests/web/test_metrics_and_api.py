@@ -37,8 +37,9 @@ class Served:
         self.api = StatusApi(self.service.state, self.service.factory, seen, seen.health)
         self.ports = iter(range(40000, 41000))
 
-    def connect(self):
-        peer = address.IPv4Address("TCP", "127.0.0.1", next(self.ports))
+    def connect(self, host: str = "127.0.0.1"):
+        """A connection from ``host`` (loopback's count against no host's bounds)."""
+        peer = address.IPv4Address("TCP", host, next(self.ports))
         proto = self.service.factory.buildProtocol(peer)
         transport = StringTransportWithDisconnection(peerAddress=peer)
         transport.protocol = proto
