@@ -303,15 +303,18 @@ def discover(inputs: Iterable[str], list_remote: Callable[[str], list[tuple[str,
     return [CaptureFile(path, size, index) for index, (path, size) in enumerate(seen.items())]
 
 
-#: the shortest file compared with others as a copy: a pcap's file header (a pcapng's is longer)
-COPY_MIN_BYTES = 24
+#: the shortest file compared with others as a copy. A ring's files that caught no packet are its
+#: header alone (24 bytes, some 50 gzipped, a pcapng's a few hundred) and byte for byte alike: no
+#: copies, each is the ring's quiet span and told so. A copy of a capture under a KiB (a few packets)
+#: is read twice (said to be captured at two points)
+COPY_MIN_BYTES = 1024
 
 
 def _copies(sized: Mapping[str, int]) -> dict[str, str]:
     """Each local file whose bytes are those of a file listed before it -> that file. Only files
     of one size are read to compare them (SHA-256, a MiB at a time): captures of one size are
     rare but for copies, so a run of distinct captures reads nothing more. A file shorter than a
-    capture's header (COPY_MIN_BYTES: empty, a note), or one that cannot be read now, is no copy of
+    KiB (COPY_MIN_BYTES: empty, a note, a ring's file of no packet), or one that cannot be read now, is no copy of
     anything: each is read and its task says what it is."""
     by_size: dict[int, list[str]] = {}
     for path, size in sized.items():

@@ -498,11 +498,11 @@ def test_a_copy_given_with_its_original_is_read_once(tmp_path: Path) -> None:
     """A byte-identical copy given beside its original (``cp ns.pcap ns-copy.pcap``, a file sent
     twice under two names) was read twice and told "captured at two points", the clocks +0.000 s
     apart. The same bytes are one capture: read once, under the name listed first, the copy named
-    as skipped. A file of the same size but other bytes, and files shorter than a capture's header
-    (empty, a one-byte note), are read as before."""
-    (tmp_path / "a.pcap").write_bytes(b"x" * 40)
-    (tmp_path / "b-copy.pcap").write_bytes(b"x" * 40)
-    (tmp_path / "c.pcap").write_bytes(b"y" * 40)
+    as skipped. A file of the same size but other bytes, and files under COPY_MIN_BYTES (empty, a
+    one-byte note, a ring's files that caught no packet: alike, each its own span) are read as before."""
+    (tmp_path / "a.pcap").write_bytes(b"x" * 1040)
+    (tmp_path / "b-copy.pcap").write_bytes(b"x" * 1040)
+    (tmp_path / "c.pcap").write_bytes(b"y" * 1040)
     (tmp_path / "d.pcap").write_bytes(b"z")
     (tmp_path / "e.pcap").write_bytes(b"z")
     skipped: list[str] = []
