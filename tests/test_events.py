@@ -10,6 +10,7 @@ from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.events import EVENTS_PER_HOST, HOST_WINDOW_SECONDS, MORE, RECENT_EVENTS, RecentEvents
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.state.hosts import KeptHosts
 
 
 def test_one_host_s_audited_loop_keeps_the_other_hosts_events_on_the_page(tmp_path):
@@ -50,7 +51,7 @@ def test_a_host_s_brokers_come_and_go_each_listed_and_a_flood_of_them_folds():
     of them: their departures count against the host that registered them, not the addresses they
     wrote. A loopback connection's events (this machine's tools) count against no host."""
     now = [1000.0]
-    events = RecentEvents(lambda: now[0])
+    events = RecentEvents(lambda: now[0], KeptHosts())
     for number in range(10):
         events.route_event("registered", {"broker": f"b{number}", "addr": f"10.2.2.2:{10911 + number}"},
                            f"10.2.2.2:{40000 + number}")

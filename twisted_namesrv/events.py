@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .lost_topics import DEPARTURES
-from .state.hosts import peer_group, peer_host, remote_group
+from .state.hosts import KeptHosts
 
 #: events kept for the page (and written by event_log.py)
 RECENT_EVENTS = 200
@@ -75,8 +75,10 @@ def broker_key(info: dict[str, Any]) -> tuple[Any, Any, Any]:
 class RecentEvents:
     """The last RECENT_EVENTS events, oldest first, and the sequence number of the last one."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], hosts: KeptHosts) -> None:
         self.clock = clock
+        #: the host each peer and broker address counts under: the server's one table (service.build)
+        self.hosts = hosts
         self.recent: deque[RouteEvent] = deque(maxlen=RECENT_EVENTS)
         #: events since start (and before it, once restored): the last one's ``seq``
         self.seen = 0
@@ -91,8 +93,6 @@ class RecentEvents:
         #: each broker (``broker_key``) registered this run -> the host of the connection that registered it
         #: (None: loopback), until it departs
         self._registered_by: dict[tuple[Any, Any, Any], str | None] = {}
-        #: (address as written, a peer's or not) -> its host (an IPv6 address parsed is tens of Python calls)
-        self._hosts: dict[tuple[str, bool], str | None] = {}
 
     def route_event(self, kind: str, info: dict[str, Any], source: str | None = None) -> None:
         """RouteInfoManager's listener: kept, a repeated "changed" folded into the one before, an
@@ -114,7 +114,7 @@ class RecentEvents:
                 event.count, event.first_ts = earlier.count + 1, earlier.first_ts
         if earlier is None:  # a new row: counted against its host (a fold takes no row more)
             # the kept host of a peer read here, a call only when new: a first registration's path
-            host: str | None | object = (self._hosts.get((source.rpartition(":")[0] or source, True), _UNSEEN)
+            host: str | None | object = (self.hosts.peers.get(source.rpartition(":")[0] or source, _UNSEEN)
                                          if source is not None else _UNSEEN)
             if host is _UNSEEN or kind in DEPARTURES:
                 host = self._host_of_route_event(kind, info, source)
@@ -136,7 +136,7 @@ class RecentEvents:
         self.seen += 1
         now = self.clock()
         event = RouteEvent(self.seen, now, kind, dict(info), 1, now)
-        host = self._host_of(source, True) if source is not None else None
+        host = self.hosts.peer(source) if source is not None else None
         if host is None or not self._past_limit(event, host):
             self._append(event)
 
@@ -150,9 +150,9 @@ class RecentEvents:
             if source is None and held is not _UNSEEN:
                 return held  # type: ignore[return-value]
         if source is not None:
-            return self._host_of(source, True)
+            return self.hosts.peer(source)
         addr = info.get("addr")
-        return self._host_of(addr, False) if isinstance(addr, str) else None
+        return self.hosts.broker(addr) if isinstance(addr, str) else None
 
     def _past_limit(self, event: RouteEvent, host: str) -> bool:
         """Whether ``event`` is past its host's EVENTS_PER_HOST this minute: then it is folded into
@@ -182,21 +182,6 @@ class RecentEvents:
         self._more[host] = folded
         self._append(folded)
         return True
-
-    def _host_of(self, address: str, peer: bool) -> str | None:
-        """The host a ``host:port`` counts under (``hosts.peer_group``), kept for the next event.
-        A ``peer`` (a connection's) on loopback counts under none: this machine's own tools and
-        brokers, as state/topology.py counts them; a broker's address as it wrote it always does
-        (a remote peer may write 127.0.0.1)."""
-        # kept by the address without its port (a connection's port is new at each connection; the
-        # host is the same): the last ``:`` is the port's, a bare IPv6's last group never leaves its /64
-        key = (address.rpartition(":")[0] or address, peer)
-        host = self._hosts.get(key, _UNSEEN)
-        if host is _UNSEEN:
-            if len(self._hosts) >= HOSTS_COUNTED:
-                self._hosts.clear()
-            host = self._hosts[key] = remote_group(address) if peer else peer_group(peer_host(address))
-        return host  # type: ignore[return-value]
 
     def _append(self, event: RouteEvent) -> None:
         """``event`` kept as the newest; the oldest, if it goes, out of the index too."""

@@ -67,7 +67,7 @@ from .starts import UNCLEAN, Counted, count_clean_stop, count_start, last_run_un
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.costly import KeepTimers
-from .state.hosts import host_port
+from .state.hosts import KeptHosts, host_port
 from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
 from .state.store import Save, Saved, SavesOfNewest, StoreError, unwritable
@@ -223,12 +223,13 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
                                    window=config["aclSignatureWindowSeconds"], clock=seconds)
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
-    topology = Topology(seconds)
+    hosts = KeptHosts()  # the host each peer counts under, for the topology's bound and the page's
+    topology = Topology(seconds, hosts)
     uptime = since_now(steady)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
                          config_saves.save, BuildsApart(clock, budget).build, acl=acl, uptime=uptime)
     # the 10 minutes a departure and its lost topics are kept: on the steady clock (clocks.py)
-    events, departed = RecentEvents(seconds), DepartedBrokers(seconds, steady)
+    events, departed = RecentEvents(seconds, hosts), DepartedBrokers(seconds, steady)
     lost = LostTopics(seconds, steady=steady)
     flaps = FlapWatch(seconds, steady, flapping_told(events))
     # a reactor that did not run for a while (SIGSTOP, a paused VM): its line, counters and page event
