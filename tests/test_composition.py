@@ -59,7 +59,7 @@ def test_the_page_s_events_and_the_topology_count_peers_by_one_table_of_hosts(tm
     owners = build(config(tmp_path), task.Clock())
     topology, events = owners.state.topology, owners.seen.events
     assert topology.hosts is events.hosts
-    events.feed_event("audit", {}, "2001:db8::7:40000")
+    assert events.feed_event("audit", {}, "2001:db8::7:40000")  # listed: its line written
     assert topology.hosts.peers == {"2001:db8::7": "2001:db8::/64"}
     topology.origin = "2001:db8::7:40001"
     topology.present("c1", "broker-a", 0, "10.0.0.1:10911")

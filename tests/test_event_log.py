@@ -41,9 +41,9 @@ def test_events_survive_a_kill_and_a_clean_stop_numbered_on(tmp_path):
 
 def test_the_file_is_bounded_to_the_pages_events(tmp_path):
     served = run(tmp_path)
-    for number in range(RECENT_EVENTS + 50):
+    for number in range(RECENT_EVENTS + 50):  # (from a loopback peer: no host's or all hosts' rows to fold them)
         served.service.seen.events.route_event("registered", {"cluster": "c1", "broker": f"b{number}",
-                                                                "addr": f"h{number}:1"})
+                                                                "addr": f"h{number}:1"}, "127.0.0.1:40000")
     served.service.events.stopService()
     kept = decode_events((tmp_path / "events.json").read_bytes())
     assert len(kept) == RECENT_EVENTS and kept[-1].info["broker"] == f"b{RECENT_EVENTS + 49}"

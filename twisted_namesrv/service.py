@@ -253,7 +253,9 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
 def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
                          topology: Topology | None = None) -> Callable[[str, dict], None]:
     """The route events' log line and page event, unless the broker flaps (flapping.py): then they
-    are summarised, its start and end one page event each; every one is counted all the same.
+    are summarised, its start and end one page event each; every one is counted all the same.  The
+    page's events say whether the line is written (events.py: a flood's lines past
+    LINES_FOLDED_PER_MINUTE are counted, not logged).
     ``topology.origin``: the peer whose request is being applied, the host a page event counts
     against (events.py: EVENTS_PER_HOST; read as an attribute: every registration's path)."""
     flapping = flaps.now_flapping
@@ -262,8 +264,8 @@ def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
         if flapping and flaps.flap_of(info) is not None:  # none flapping: nothing more for a registration
             flaps.heard(kind, info)  # summarised
             return
-        log_route_event(kind, info)
-        events.route_event(kind, info, None if topology is None else topology.origin)
+        if events.route_event(kind, info, None if topology is None else topology.origin):  # (past the
+            log_route_event(kind, info)  # folded events' lines a minute, counted and not logged: events.py)
         if kind in DEPARTURES:  # may make it flapping: the warning after the departure's line
             flaps.heard(kind, info)
     return told
