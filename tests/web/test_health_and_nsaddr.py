@@ -124,6 +124,19 @@ def test_nsaddr_answers_the_configured_list_as_clients_split_it(tmp_path):
 
 
 @pytest_twisted.inlineCallbacks
+def test_nsaddr_answers_the_list_as_it_was_checked_without_the_white_space_around_entries(tmp_path):
+    """A -c file's nsaddrList holding a line separator (U+2028), a CR or spaces around an entry was
+    checked without them and answered with them: Java's clients split the answer at ``;`` and read
+    ``10.0.0.1:9876\u2028`` as a port that is no number.  The answer is the entries as checked."""
+    service, _, base = yield started(tmp_path, nsaddrList=" 10.0.0.1:9876\u2028; 10.0.0.2:9876\r;;")
+    try:
+        code, _, body = yield get(base + "/rocketmq/nsaddr")
+        assert (code, body) == (200, b"10.0.0.1:9876;10.0.0.2:9876")
+    finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
 def test_nsaddr_bound_to_every_interface_answers_the_address_the_poller_reached(tmp_path):
     service, port, base = yield started(tmp_path, bindAddress="0.0.0.0")
     try:
