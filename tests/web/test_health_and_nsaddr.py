@@ -216,7 +216,8 @@ def test_the_advertised_address_comes_from_the_environment_unless_flag_or_file_s
         NamesrvConfig.from_file(None, base)
 
 
-@pytest.mark.parametrize("value", ["h:0", "h:99999", "h:x", ":9876", "[::1]:x"])
+@pytest.mark.parametrize("value", ["h:0", "h:99999", "h:x", ":9876", "[::1]:x", "h\u2028x:9876", "h:98\r76",
+                                   "h\tx"])
 def test_a_malformed_advertised_address_is_refused_naming_the_key(value):
     with pytest.raises(ConfigError, match=r"advertisedAddress: .* is not host or host:port"):
         NamesrvConfig({"advertisedAddress": value})

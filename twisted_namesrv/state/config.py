@@ -338,6 +338,8 @@ def _check_advertised(text: str) -> None:
     if ";" in text or "," in text or " " in text:
         raise ConfigError(f"advertisedAddress: {text!r} is one address (host or host:port), not a list; "
                           "a list of NameServers is nsaddrList")
+    if any(c.isspace() for c in text):  # a CR, tab or line separator inside: answered so by /rocketmq/nsaddr
+        raise ConfigError(f"advertisedAddress: {text!r} is not host or host:port (white space inside)")
     host, port = split_advertised(text)
     if not host or (port is not None and not 0 < port <= 65535):
         raise ConfigError(f"advertisedAddress: {text!r} is not host or host:port (a port 1 to 65535)")
