@@ -520,3 +520,4 @@ def test_names_holding_invisible_characters_show_as_their_escapes(tmp_path):
     assert 'config={"productEnvName":"a\\u2028b"}' in refused and "refused" in refused, refused
     _, broker = row(text, "data-addr", "127.0.0.1:10911")
     assert broker.startswith("broker\\u2028x 127.0.0.1:10911"), broker
+    assert "\\n" not in text.rpartition("</script>")[2]  # the document's own line ends are no peer's
