@@ -183,8 +183,7 @@ class _Room:
 
     @property
     def _further(self) -> str:
-        return ("read no further (namesrv-admin compare --max-fields reads a bigger cluster; a peer answering "
-                "that much is no NameServer of this cluster)")
+        return "read no further (a cluster that big is read by namesrv-admin compare --max-fields N)"
 
 
 def _comparable(paths: dict[Path, Any]) -> None:
