@@ -52,6 +52,21 @@ def test_two_servers_share_no_owner(tmp_path) -> None:
         assert getattr(one.seen, name) is not getattr(two.seen, name), name
 
 
+def test_the_page_s_events_and_the_topology_count_peers_by_one_table_of_hosts(tmp_path) -> None:
+    """The host a peer counts under is worked out once for the server: the page's events and the
+    remembered topology read the one table the root made (two copies could come to disagree), and
+    a host one of them worked out is the other's without working it out again."""
+    owners = build(config(tmp_path), task.Clock())
+    topology, events = owners.state.topology, owners.seen.events
+    assert topology.hosts is events.hosts
+    assert events.feed_event("audit", {}, "2001:db8::7:40000")  # listed: its line written
+    assert topology.hosts.peers == {"2001:db8::7": "2001:db8::/64"}
+    topology.origin = "2001:db8::7:40001"
+    topology.present("c1", "broker-a", 0, "10.0.0.1:10911")
+    assert topology.brought == {"2001:db8::/64": 1} and len(topology.hosts.peers) == 1
+    assert build(config(tmp_path / "2"), task.Clock()).state.topology.hosts is not topology.hosts
+
+
 def test_a_subscriber_added_after_the_cache_leaves_the_cache_subscribed(tmp_path) -> None:
     """With one subscriber slot a second subscriber silently unsubscribed the answer cache, which
     then served a route that no longer existed; now both hear the change, the cache first."""

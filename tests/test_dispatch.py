@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from twisted.internet import defer, task
 from twisted.internet.testing import StringTransport
@@ -181,7 +183,9 @@ def test_a_failed_deferred_and_an_unknown_code_cost_one_error_answer_each() -> N
     table = waiting_table({5: defer.fail(processor.BadRequest("the custom field <x> is null")),
                            6: defer.fail(ZeroDivisionError("bug"))})
     out: list[bytes] = []
-    assert Dispatcher(object(), Metrics(), table=table).answer([r.encode()[4:] for r in requests], CLIENT, out) is None
+    state = SimpleNamespace(refusals=Refusals())  # a bad request is a refusal, counted and logged by its host
+    assert Dispatcher(state, Metrics(), table=table).answer([r.encode()[4:] for r in requests], CLIENT, out) is None
+    assert state.refusals.counts == {("remoting", "bad_request"): 1}
     assert [(answer(o).code, answer(o).remark) for o in out] == [
         (ResponseCode.SYSTEM_ERROR, "the custom field <x> is null"),
         (ResponseCode.SYSTEM_ERROR, "ZeroDivisionError: bug"),

@@ -11,6 +11,7 @@ from twisted.logger import capturedLogs, formatEvent
 from tests.web.test_metrics_and_api import Served
 from twisted_namesrv.event_log import EVENTS_SAVE_SECONDS, decode_events
 from twisted_namesrv.events import RECENT_EVENTS
+from twisted_namesrv.state.hosts import KeptHosts
 
 
 def run(tmp_path, **values) -> Served:
@@ -40,9 +41,9 @@ def test_events_survive_a_kill_and_a_clean_stop_numbered_on(tmp_path):
 
 def test_the_file_is_bounded_to_the_pages_events(tmp_path):
     served = run(tmp_path)
-    for number in range(RECENT_EVENTS + 50):
+    for number in range(RECENT_EVENTS + 50):  # (from a loopback peer: no host's or all hosts' rows to fold them)
         served.service.seen.events.route_event("registered", {"cluster": "c1", "broker": f"b{number}",
-                                                                "addr": f"h{number}:1"})
+                                                                "addr": f"h{number}:1"}, "127.0.0.1:40000")
     served.service.events.stopService()
     kept = decode_events((tmp_path / "events.json").read_bytes())
     assert len(kept) == RECENT_EVENTS and kept[-1].info["broker"] == f"b{RECENT_EVENTS + 49}"
@@ -89,7 +90,7 @@ def test_changed_events_fold_as_before_through_a_full_ring_and_a_restore():
     the ring, and a restored run's events fold as this run's."""
     from twisted_namesrv.events import RECENT_EVENTS, RecentEvents
 
-    events = RecentEvents(lambda: 5.0)
+    events = RecentEvents(lambda: 5.0, KeptHosts())
     a, b = {"broker": "a", "topics": 1}, {"broker": "b", "topics": 1}
     for _ in range(3):
         events.route_event("changed", a)
@@ -103,7 +104,7 @@ def test_changed_events_fold_as_before_through_a_full_ring_and_a_restore():
     events.route_event("changed", b)
     events.route_event("changed", a)
     assert [(e.info["broker"], e.count) for e in events.recent][-2:] == [("b", 1), ("a", 1)]
-    again = RecentEvents(lambda: 6.0)
+    again = RecentEvents(lambda: 6.0, KeptHosts())
     again.route_event("changed", b)
     again.restore(list(events.recent))
     again.route_event("changed", b)  # the restored b first (the oldest alike), as the walk found it

@@ -7,9 +7,19 @@ from __future__ import annotations
 
 from tests.test_housekeeping import register
 from tests.web.test_metrics_and_api import Served, value
-from twisted_namesrv.events import EVENTS_PER_HOST, HOST_WINDOW_SECONDS, MORE, RECENT_EVENTS, RecentEvents
+from twisted_namesrv.events import (
+    ALL_HOSTS,
+    EVENTS_PER_HOST,
+    EVENTS_PER_MINUTE,
+    HOST_WINDOW_SECONDS,
+    LINES_FOLDED_PER_MINUTE,
+    MORE,
+    RECENT_EVENTS,
+    RecentEvents,
+)
 from twisted_namesrv.remoting import RemotingCommand, RequestCode
 from twisted_namesrv.remoting.codes import V5_3_3
+from twisted_namesrv.state.hosts import KeptHosts
 
 
 def test_one_host_s_audited_loop_keeps_the_other_hosts_events_on_the_page(tmp_path):
@@ -50,7 +60,7 @@ def test_a_host_s_brokers_come_and_go_each_listed_and_a_flood_of_them_folds():
     of them: their departures count against the host that registered them, not the addresses they
     wrote. A loopback connection's events (this machine's tools) count against no host."""
     now = [1000.0]
-    events = RecentEvents(lambda: now[0])
+    events = RecentEvents(lambda: now[0], KeptHosts())
     for number in range(10):
         events.route_event("registered", {"broker": f"b{number}", "addr": f"10.2.2.2:{10911 + number}"},
                            f"10.2.2.2:{40000 + number}")
@@ -73,3 +83,84 @@ def test_a_host_s_brokers_come_and_go_each_listed_and_a_flood_of_them_folds():
     for number in range(EVENTS_PER_HOST + 1):
         events.route_event("registered", {"broker": f"y{number}", "addr": "192.0.2.1:1"}, "10.3.3.3:5000")
     assert [e.kind for e in events.recent][-2:] == ["registered", MORE] and events.recent[-1].count == 1
+
+
+def test_many_hosts_together_list_sixty_rows_a_minute_and_one_all_hosts_row(monkeypatch):
+    """100 hosts each making 5 events within their own 20 a minute (or one peer owning 100 /64s) fill
+    60 rows and fold the other 440 into one ``all hosts: 440 more`` row; before, they took all 200
+    rows and a loopback broker's event before them was gone.  Loopback events stay listed past it; a
+    new minute lists 60 again."""
+    now = [1000.0]
+    events = RecentEvents(lambda: now[0], KeptHosts())
+    events.route_event("closed", {"broker": "local", "addr": "127.0.0.1:10911"}, "127.0.0.1:40000")
+    for number in range(500):
+        events.feed_event("audit", {"n": number}, f"10.5.{number // 5}.1:{4000 + number % 5}")
+    rows = list(events.recent)
+    assert rows[0].info["broker"] == "local"
+    assert sum(e.kind == "audit" for e in rows) == EVENTS_PER_MINUTE
+    (more,) = [e for e in rows if e.kind == MORE]
+    assert (more.info["host"], more.count, more.info["kinds"]) == (ALL_HOSTS, 440, {"audit": 440})
+    assert more.info["reason"].startswith("all hosts: 440 more events this minute, past the 60 rows")
+    assert events.feed_event("audit", {}, "127.0.0.1:1") and events.recent[-1].kind == "audit"
+    now[0] += HOST_WINDOW_SECONDS
+    for number in range(EVENTS_PER_MINUTE):
+        events.feed_event("audit", {"n": number}, f"10.6.{number}.1:4000")
+    assert [e.kind for e in events.recent][-EVENTS_PER_MINUTE:] == ["audit"] * EVENTS_PER_MINUTE
+
+
+def test_a_host_past_its_rows_takes_a_more_row_only_while_the_minute_has_rows():
+    """Three hosts flood: each lists 20 and makes its ``more`` row while rows are left; the 60 rows
+    taken, a fourth host's events and a flooding host's with no ``more`` row yet fold into ``all hosts``."""
+    events = RecentEvents(lambda: 1000.0, KeptHosts())
+    for host in range(4):
+        for number in range(30):
+            events.feed_event("audit", {"n": number}, f"10.7.{host}.1:4000")
+    more = {e.info["host"]: e.count for e in events.recent if e.kind == MORE}
+    # hosts 0 and 1: 20 rows and a ``more`` row each (42 rows); host 2: 18 rows, then all hosts'
+    assert more == {"10.7.0.1": 10, "10.7.1.1": 10, ALL_HOSTS: 12 + 30}
+    assert sum(e.kind == "audit" for e in events.recent) == EVENTS_PER_MINUTE - 2
+
+
+def test_a_flood_s_folded_lines_stop_at_the_minute_s_budget_and_are_counted():
+    """One host making audited events as fast as it can: its 20 listed and its first
+    LINES_FOLDED_PER_MINUTE folded events are logged (the callers write a line when told so), the
+    rest not, counted in ``lines_not_logged`` and on its ``more`` row; a new minute logs again.  A
+    broker whose data version changes at every registration, from a remote peer, is one row whose
+    folds are held to the same budget; a loopback one's are always logged."""
+    now = [1000.0]
+    events = RecentEvents(lambda: now[0], KeptHosts())
+    flood = EVENTS_PER_HOST + LINES_FOLDED_PER_MINUTE + 500
+    logged = [events.feed_event("audit", {"n": number}, "10.8.8.8:4000") for number in range(flood)]
+    assert logged == [True] * (EVENTS_PER_HOST + LINES_FOLDED_PER_MINUTE) + [False] * 500
+    assert events.lines_not_logged == 500
+    (more,) = [e for e in events.recent if e.kind == MORE]
+    assert more.info["not_logged"] == 500 and more.info["reason"].endswith(", 500 of them not logged)")
+    info = {"cluster": "c1", "broker": "b", "addr": "10.9.0.1:10911", "topics": 4}
+    assert events.route_event("changed", info, "10.9.0.1:50000")  # its row: listed
+    assert not events.route_event("changed", info, "10.9.0.1:50000")  # a fold: the minute's lines are spent...
+    assert events.route_event("changed", info, "127.0.0.1:50000")  # ...but for this machine's own
+    assert events.lines_not_logged == 501 and [e.count for e in events.recent if e.kind == "changed"] == [3]
+    now[0] += HOST_WINDOW_SECONDS
+    assert events.route_event("changed", info, "10.9.0.1:50000")
+    assert events.feed_event("audit", {}, "10.8.8.8:4000") and events.lines_not_logged == 501
+
+
+def test_a_flood_of_audited_requests_writes_a_bounded_number_of_lines_and_counts_the_rest(tmp_path, monkeypatch):
+    """Through the server: a peer's audited loop is 20 rows and one ``more``, its log lines stop at the
+    minute's folded budget (here 30), the rest counted by ``namesrv_event_lines_not_logged_total``;
+    every request is still counted by ``namesrv_admin_requests_total``."""
+    from twisted.logger import capturedLogs
+
+    from twisted_namesrv import events as events_module
+
+    monkeypatch.setattr(events_module, "LINES_FOLDED_PER_MINUTE", 30)
+    served = Served(tmp_path)
+    loop, _ = served.connect("10.9.9.9")
+    with capturedLogs() as lines:
+        for opaque in range(100):
+            loop.dataReceived(RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, {"namespace": "n", "key": "k"},
+                                                      opaque=opaque, version=V5_3_3).encode())
+    assert sum("audit" in line for line in lines) == EVENTS_PER_HOST + 30
+    samples = served.scrape()
+    assert value(samples, "namesrv_event_lines_not_logged_total") == 100 - EVENTS_PER_HOST - 30
+    assert value(samples, "namesrv_admin_requests_total", operation="delete_kv_config", result="ok") == 100

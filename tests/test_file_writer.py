@@ -13,6 +13,7 @@ from twisted.internet.task import deferLater
 
 from twisted_namesrv import file_writer
 from twisted_namesrv.file_writer import FileWriter
+from twisted_namesrv.state.hosts import KeptHosts
 from twisted_namesrv.state.store import StoreError
 
 
@@ -72,11 +73,11 @@ def test_a_periodic_write_that_fails_is_counted_as_every_stores_save(tmp_path):
     clock = task.Clock()
     (tmp_path / "a-file").write_text("not a directory")
     failures: Counter = Counter()
-    topology = TopologyStoreService(Topology(clock.seconds), tmp_path / "a-file" / "topology.json", clock, Counter(),
-                                    failures=failures)
+    topology = TopologyStoreService(Topology(clock.seconds, KeptHosts()), tmp_path / "a-file" / "topology.json",
+                                    clock, Counter(), failures=failures)
     topology.topology.version += 1
     topology.save_if_changed()
-    events = EventLogService(RecentEvents(clock.seconds), tmp_path / "a-file" / "events.json", clock,
+    events = EventLogService(RecentEvents(clock.seconds, KeptHosts()), tmp_path / "a-file" / "events.json", clock,
                              failures=failures)
     events.events.seen += 1
     events.save_if_changed()
@@ -98,8 +99,8 @@ def test_a_write_made_at_once_that_fails_is_counted_too(tmp_path):
     clock = task.Clock()
     (tmp_path / "a-file").write_text("not a directory")
     failures: Counter = Counter()
-    topology = TopologyStoreService(Topology(clock.seconds), tmp_path / "a-file" / "topology.json", clock, Counter(),
-                                    failures=failures)
+    topology = TopologyStoreService(Topology(clock.seconds, KeptHosts()), tmp_path / "a-file" / "topology.json",
+                                    clock, Counter(), failures=failures)
     with pytest.raises(StoreError):
         topology.save_now()
     assert sorted((store, n) for (store, _), n in failures.items()) == [("topologyPath", 1)]

@@ -12,7 +12,7 @@ from twisted.python.failure import Failure
 
 from twisted_namesrv.refusals import Refusals
 from twisted_namesrv.server import Notifier
-from twisted_namesrv.state.hosts import peer_group
+from twisted_namesrv.state.hosts import HOSTS_KEPT, KeptHosts, peer_group
 from twisted_namesrv.web.searches import SearchBudget
 
 
@@ -112,3 +112,18 @@ def test_a_peer_owning_many_hosts_gets_a_bounded_number_of_warnings_an_hour(warn
     now[0] += LimitLog.RENEWED_SECONDS
     limit_log("2001:db8:1:1::1", "max_connections", "refused {host}")
     assert len(warnings) == LimitLog.CAPACITY + 2 and warnings[-1]["host"] == "2001:db8:1:1::/64"
+
+
+def test_kept_hosts_count_a_peer_by_its_group_and_a_written_address_as_written() -> None:
+    """A connection's peer counts under its group, none on loopback (this machine's own); a broker's
+    address as it wrote it counts under its group whatever it is (a remote peer may write 127.0.0.1).
+    Kept by the address without its port, the table started over when full: bounded by HOSTS_KEPT
+    however many addresses a peer rotates through."""
+    hosts = KeptHosts()
+    assert hosts.peer("2001:db8::1:40000") == hosts.peer("2001:db8::1:40001") == "2001:db8::/64"
+    assert hosts.peer("127.0.0.1:40000") is None and hosts.peer("?") is None
+    assert hosts.broker("127.0.0.1:10911") == "127.0.0.1" and hosts.broker("[::ffff:10.0.0.1]:1") == "10.0.0.1"
+    assert hosts.peers == {"2001:db8::1": "2001:db8::/64", "127.0.0.1": None, "?": None}
+    for number in range(HOSTS_KEPT + 10):
+        hosts.peer(f"10.{number >> 16 & 255}.{number >> 8 & 255}.{number & 255}:1")
+    assert len(hosts.peers) <= HOSTS_KEPT

@@ -204,6 +204,21 @@ def test_register_broker_crc_mismatches_in_a_loop_are_one_warning_and_every_one_
     assert ns.routes.brokerAddrTable == {} and ns.routes.brokerLiveTable == {}
 
 
+def test_bad_requests_in_a_loop_are_one_warning_and_every_one_counted(ns):
+    """A request whose header or body makes Java fail (SYSTEM_ERROR) was a warning line each: 100
+    QUERY_DATA_VERSION whose body is not JSON, 100 lines, though BadRequest said a peer sending
+    garbage must not flood the log.  A refusal now, ``bad_request``: one warning a host, all counted."""
+    ext = {"brokerName": "b", "brokerAddr": "10.0.0.1:10911", "clusterName": "c", "brokerId": "0"}
+    with capturedLogs() as events:
+        for _ in range(100):
+            answer = ns.call(RequestCode.QUERY_DATA_VERSION, ext, b"not json")
+            assert answer.code == ResponseCode.SYSTEM_ERROR and answer.remark.startswith("body is not a DataVersion")
+    lines = [formatEvent(e) for e in events if e["log_level"] >= LogLevel.warn]
+    assert len(lines) == 1 and lines[0].startswith(
+        "refused on remoting from 127.0.0.1:40000: request 322 refused: body is not a DataVersion"), lines
+    assert ns.state.refusals.counts["remoting", "bad_request"] == 100
+
+
 def test_a_master_shut_out_of_its_id_by_a_newer_state_version_is_told_not_only_ignored(tmp_path):
     """5.3.3 keeps an id for the live broker whose stateVersion is newer and ignores the other's
     registration (Java warns).  Any peer may register the real master's group and id first with a

@@ -101,6 +101,17 @@ def harness(tmp_path) -> Harness:
     return Harness(tmp_path)
 
 
+def test_the_listener_writes_no_factory_lines_with_a_python_repr(harness):
+    """A start's second line was Twisted's "Starting factory <twisted_namesrv.server.RemotingFactory
+    object at 0x7f...>" (and a stop's "Stopping factory <...>"): a repr for the operator to read."""
+    from twisted.logger import capturedLogs, formatEvent
+
+    with capturedLogs() as events:
+        harness.factory.doStart()
+        harness.factory.doStop()
+    assert [formatEvent(e) for e in events] == []
+
+
 # -- framing -------------------------------------------------------------------------------------------
 
 def test_a_request_gets_its_answer(harness):

@@ -19,6 +19,7 @@ from tests.test_housekeeping import MASTER, OTHER, register
 from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.departures import DEPARTED_KEEP_SECONDS
 from twisted_namesrv.remoting import RequestCode, ResponseCode
+from twisted_namesrv.state.hosts import KeptHosts
 from twisted_namesrv.state.topology import GROUPS_PER_HOST, Topology, TopologyFileError, decode, encode
 
 B1, B2 = "10.0.2.1:10911", "10.0.2.2:10911"
@@ -209,7 +210,7 @@ def test_a_group_past_the_limit_is_logged_and_counted(tmp_path, monkeypatch):
 
 def test_the_topology_is_bounded_and_its_file_round_trips():
     clock = [100.0]
-    topology = Topology(lambda: clock[0], groups_limit=2, members_limit=2)
+    topology = Topology(lambda: clock[0], KeptHosts(), groups_limit=2, members_limit=2)
     topology.heard("registered", {"cluster": "c", "broker": "a", "id": 0, "addr": "h:1"})
     topology.heard("registered", {"cluster": "c", "broker": "b", "id": 0, "addr": "h:2"})
     topology.heard("registered", {"cluster": "c", "broker": "x", "id": 0, "addr": "h:3"})  # over the limit
@@ -243,7 +244,7 @@ def test_a_write_encodes_only_the_groups_that_changed_since(monkeypatch):
     from twisted_namesrv.state import topology as module
 
     clock = [100.0]
-    topology = Topology(lambda: clock[0])
+    topology = Topology(lambda: clock[0], KeptHosts())
     for i in range(1_000):
         topology.heard("registered", {"cluster": f"c{i % 3}", "broker": f"g{i}", "id": 0, "addr": f"h:{i}"})
     encoded: list[int] = []
@@ -279,7 +280,7 @@ def test_a_write_encodes_only_the_groups_that_changed_since(monkeypatch):
 def test_a_groups_entry_reads_back_whatever_its_names_hold(name):
     """An entry is encoded at every registration that names a new member (msgspec, UTF-8); a name
     UTF-8 cannot carry (a lone surrogate) is escaped as json.dumps does: each reads back as it was."""
-    topology = Topology(lambda: 100.0)
+    topology = Topology(lambda: 100.0, KeptHosts())
     topology.heard("registered", {"cluster": name, "broker": name, "id": 0, "addr": f"{name}:1"})
     assert decode(encode(topology)) == topology.groups and (name, name) in topology.groups
 
@@ -457,7 +458,7 @@ def test_a_registration_of_a_new_member_encodes_its_entry_without_json_dumps(mon
     from twisted_namesrv.state import topology as module
 
     monkeypatch.setattr(module.json, "dumps", None)
-    topology = Topology(lambda: 100.0)
+    topology = Topology(lambda: 100.0, KeptHosts())
     topology.heard("registered", {"cluster": "c", "broker": "g", "id": 0, "addr": "h:1"})
     assert decode(encode(topology)) == topology.groups
 
@@ -469,7 +470,7 @@ def test_groups_alike_share_one_up_set_even_after_more_than_alike_ids_sets_were_
     from twisted_namesrv.state import topology as topology_module
 
     monkeypatch.setattr(topology_module, "ALIKE_IDS", 4)
-    topology = Topology(lambda: 0.0)
+    topology = Topology(lambda: 0.0, KeptHosts())
     for broker_id in range(10):  # ten distinct sets {0}, {1}, ..., more than the pool keeps
         topology.heard("registered", {"cluster": "c", "broker": f"churn{broker_id}", "id": broker_id,
                                       "addr": f"h:{broker_id}"})
@@ -581,7 +582,7 @@ def test_a_save_keeps_no_copy_of_every_groups_entry(tmp_path):
     from twisted_namesrv.topology_store import TopologyStoreService
 
     clock = task.Clock()
-    topology = Topology(clock.seconds)
+    topology = Topology(clock.seconds, KeptHosts())
     store = TopologyStoreService(topology, tmp_path / "topology.json", clock, Counter())
     topology.encoded = _CountedEntries()
     store.startService()
@@ -604,14 +605,14 @@ def test_a_restart_logs_how_the_groups_it_expects_were_left(tmp_path):
     from twisted_namesrv.topology_store import TopologyStoreService
 
     clock = task.Clock()
-    topology = Topology(clock.seconds)
+    topology = Topology(clock.seconds, KeptHosts())
     store = TopologyStoreService(topology, tmp_path / "topology.json", clock, Counter())
     for name, addr in (("a", "h:1"), ("b", "h:2"), ("c", "h:3")):
         topology.heard("registered", {"cluster": "cA", "broker": name, "id": 0, "addr": addr})
     topology.heard("unregistered", {"cluster": "cA", "broker": "a", "id": 0, "addr": "h:1"})
     topology.heard("expired", {"cluster": "cA", "broker": "b", "id": 0, "addr": "h:2"})
     store.save_now()
-    again = TopologyStoreService(Topology(clock.seconds), tmp_path / "topology.json", clock, Counter())
+    again = TopologyStoreService(Topology(clock.seconds, KeptHosts()), tmp_path / "topology.json", clock, Counter())
     with capturedLogs() as events:
         again.load()
     (line,) = [formatEvent(e) for e in events if "expected, as last seen" in formatEvent(e)]
@@ -719,7 +720,7 @@ def test_a_new_groups_entry_and_its_file_entry_share_one_key():
     MB at the curve's 5,000 brokers); the bytes a new single-member group keeps are bounded
     (tracemalloc: 521 a group on CPython 3.11; 697 with its members a dict, 753 with a key of its own)."""
     names = [(sys.intern("DefaultCluster"), f"broker-{i:05d}", f"10.0.{i // 250}.{i % 250}:10911") for i in range(2000)]
-    topology = Topology(lambda: 1000.0)
+    topology = Topology(lambda: 1000.0, KeptHosts())
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -776,7 +777,7 @@ def test_one_host_s_registrations_bring_at_most_groups_per_host_into_the_memory(
 
 
 def test_a_host_s_bound_counts_an_ipv6_host_by_its_64_and_no_loopback_or_restored_group():
-    topology = Topology(lambda: 1.0, groups_per_host=2)
+    topology = Topology(lambda: 1.0, KeptHosts(), groups_per_host=2)
 
     def seen(peer: str | None, name: str) -> None:
         topology.origin = peer

@@ -178,11 +178,13 @@ class AuditTrail:
         self.counts: Counter[tuple[str, str]] = Counter()
 
     def record(self, event: AuditEvent) -> None:
-        """Log, count and show one audited request."""
-        level = LogLevel.info if event.result in ("ok", "declined") else LogLevel.warn
-        log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=event.fields())
+        """Count, show and log one audited request: its line unless the page's events folded it past
+        the minute's folded lines (events.py: LINES_FOLDED_PER_MINUTE; counted, not logged)."""
         self.counts[event.operation, event.result] += 1
-        self.events.feed_event("audit", event.fields(), event.peer)  # held to its host's rate (events.py)
+        fields = event.fields()
+        if self.events.feed_event("audit", fields, event.peer):  # held to its host's rate (events.py)
+            level = LogLevel.info if event.result in ("ok", "declined") else LogLevel.warn
+            log.emit(level, event.line().replace("{", "{{").replace("}", "}}"), audit=fields)
 
 
 class Trail:

@@ -124,6 +124,8 @@ class HandlerTable:
     checks_peer: Callable[[Any, int], bool] = _checks_no_peer
     keeps_answers: bool = True
     subject: str = "request"
+    #: the listener its refusals are counted and logged under (refusals.REASONS)
+    listener: str = "remoting"
     #: every code with a handler, in one go or in steps (a code with neither is unknown)
     codes: frozenset[int] = field(init=False)
 
@@ -477,9 +479,9 @@ class Dispatcher:
         """The answer to a handler that raised (or an answer that cannot be encoded): a bad request
         is refused with its reason; a bug costs one answer, never the connection."""
         subject = self.table.subject
-        if isinstance(exc, BadRequest):
-            log.warn("{subject} {code} from {peer} refused: {why}", subject=subject, code=request.code,
-                     peer=peer.address, why=str(exc))
+        if isinstance(exc, BadRequest):  # a refusal: one warning a host, every one counted (a loop is no flood)
+            self.state.refusals(self.table.listener, "bad_request", peer.address, "{subject} {code} refused: {why}",
+                                subject=subject, code=request.code, why=str(exc))
             remark = str(exc)
         elif getattr(exc, "logged", False):  # a refused write (a store that failed) said why in one line already
             remark = str(exc)

@@ -7,14 +7,25 @@ event (``route_event``, a RouteInfoManager listener) and the audit trail its eve
 into one, so they cannot push the departures out of the last RECENT_EVENTS.
 
 One peer host (``hosts.peer_group``: an IPv6 host's /64) lists at most EVENTS_PER_HOST events a
-minute here; the rest of its minute fold into one ``more`` event of that host, its ``count`` how many
-(each one is still logged and counted: only the page's list and its file are spared).  Without it
-one connection sending an audited request in a loop (3,000 a second) pushed every other event out of
-the list within a tenth of a second.  A host is the peer whose request raised the event (an audited
-request, a registration, an unregistration), for a broker that expired or closed its connection
-the host whose connection registered it, else the address the broker wrote; the NameServer's own
-events (a start, a stall, flapping) and those of a loopback peer (this machine's own tools and
-brokers) count against no host.
+minute here; the rest of its minute fold into one ``more`` event of that host, its ``count`` how many.
+All hosts together list at most EVENTS_PER_MINUTE rows a minute (their ``more`` rows counted too);
+the rest of the minute fold into one ``more`` event of ALL_HOSTS ("all hosts: N more").  Without
+them one connection sending an audited request in a loop (3,000 a second) pushed every other event
+out of the list within a tenth of a second, and ten hosts flooding together within a minute.  A
+host is the peer whose request raised the event (an audited request, a registration, an
+unregistration), for a broker that expired or closed its connection the host whose connection
+registered it, else the address the broker wrote; the NameServer's own events (a start, a stall,
+flapping) and those of a loopback peer (this machine's own tools and brokers) count against no host
+and are always listed.
+
+Each event is still counted where it is counted (the metrics, the audit trail); its log line is the
+caller's, and ``route_event``/``feed_event`` say whether to write it: a listed event's always, a
+folded event's (a host's past its rows, a broker's "changed" folded into the one before) while the
+minute's folded lines are within LINES_FOLDED_PER_MINUTE.  Past them a peer making events as fast as
+it can no longer writes a line each (3,000 lines a second filled a 128 MB log file every few minutes
+and pushed every earlier line out of the rotation): those are counted in ``lines_not_logged``
+(``namesrv_event_lines_not_logged_total``), and the ``more`` row says how many of its own were not
+logged.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .lost_topics import DEPARTURES
-from .state.hosts import peer_group, peer_host, remote_group
+from .state.hosts import KeptHosts
 
 #: events kept for the page (and written by event_log.py)
 RECENT_EVENTS = 200
@@ -34,7 +45,16 @@ RECENT_EVENTS = 200
 #: EVENTS_PER_HOST + 1 of the RECENT_EVENTS a minute, so the list still holds the last 9 minutes of the
 #: others' events (lost_topics.KEEP_SECONDS: 10)
 EVENTS_PER_HOST = 20
-#: the minute a host's events are counted over (wall-clock seconds; a clock stepped back starts anew)
+#: rows all hosts together list a minute (their ``more`` rows counted too); past them the minute's rest
+#: is one ``more`` event of ALL_HOSTS: at most EVENTS_PER_MINUTE + 1 of the RECENT_EVENTS a minute come
+#: from peers however many hosts send, so the list holds at least the last three minutes
+EVENTS_PER_MINUTE = 60
+ALL_HOSTS = "all hosts"
+#: log lines of folded events written a minute, all hosts together; past them a folded event is counted
+#: (``lines_not_logged``) and not logged.  A listed event is always logged: at most EVENTS_PER_MINUTE +
+#: LINES_FOLDED_PER_MINUTE lines a minute come from peers' events (about 30 KB a second at most)
+LINES_FOLDED_PER_MINUTE = 6_000
+#: the minute events are counted over (wall-clock seconds; a clock stepped back starts anew)
 HOST_WINDOW_SECONDS = 60.0
 #: hosts counted in one minute; further hosts of that minute count as one, OTHER_HOSTS
 HOSTS_COUNTED = 4096
@@ -75,8 +95,10 @@ def broker_key(info: dict[str, Any]) -> tuple[Any, Any, Any]:
 class RecentEvents:
     """The last RECENT_EVENTS events, oldest first, and the sequence number of the last one."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], hosts: KeptHosts) -> None:
         self.clock = clock
+        #: the host each peer and broker address counts under: the server's one table (service.build)
+        self.hosts = hosts
         self.recent: deque[RouteEvent] = deque(maxlen=RECENT_EVENTS)
         #: events since start (and before it, once restored): the last one's ``seq``
         self.seen = 0
@@ -88,16 +110,21 @@ class RecentEvents:
         self._window = float("-inf")
         self._listed: dict[str, int] = {}
         self._more: dict[str, RouteEvent] = {}
+        #: rows the hosts listed this minute (EVENTS_PER_MINUTE), and folded events' lines (LINES_FOLDED_PER_MINUTE)
+        self._rows = 0
+        self._folded_lines = 0
+        #: folded events whose log line was not written (namesrv_event_lines_not_logged_total)
+        self.lines_not_logged = 0
         #: each broker (``broker_key``) registered this run -> the host of the connection that registered it
         #: (None: loopback), until it departs
         self._registered_by: dict[tuple[Any, Any, Any], str | None] = {}
-        #: (address as written, a peer's or not) -> its host (an IPv6 address parsed is tens of Python calls)
-        self._hosts: dict[tuple[str, bool], str | None] = {}
 
-    def route_event(self, kind: str, info: dict[str, Any], source: str | None = None) -> None:
+    def route_event(self, kind: str, info: dict[str, Any], source: str | None = None) -> bool:
         """RouteInfoManager's listener: kept, a repeated "changed" folded into the one before, an
-        event past its host's EVENTS_PER_HOST of the minute folded into the host's ``more``.
-        ``source``: the peer (``host:port``) whose request raised it; None: the broker's address."""
+        event past its host's EVENTS_PER_HOST or all hosts' EVENTS_PER_MINUTE of the minute folded
+        into a ``more`` event.  ``source``: the peer (``host:port``) whose request raised it; None:
+        the broker's address.  Whether to write its log line: a folded event's only while the
+        minute's folded lines are within LINES_FOLDED_PER_MINUTE."""
         self.seen += 1
         now = self.clock()
         event = RouteEvent(self.seen, now, kind, dict(info), 1, now)
@@ -112,10 +139,10 @@ class RecentEvents:
             if earlier is not None:
                 self._drop(earlier)
                 event.count, event.first_ts = earlier.count + 1, earlier.first_ts
-        if earlier is None:  # a new row: counted against its host (a fold takes no row more)
-            # the kept host of a peer read here, a call only when new: a first registration's path
-            host: str | None | object = (self._hosts.get((source.rpartition(":")[0] or source, True), _UNSEEN)
-                                         if source is not None else _UNSEEN)
+        # the kept host of a peer read here, a call only when new: a first registration's path
+        host: str | None | object = (self.hosts.peers.get(source.rpartition(":")[0] or source, _UNSEEN)
+                                     if source is not None else _UNSEEN)
+        if earlier is None:  # a new row: counted against its host
             if host is _UNSEEN or kind in DEPARTURES:
                 host = self._host_of_route_event(kind, info, source)
             if source is not None and kind in HELD:  # the host its departure counts against (``_registered_by``)
@@ -123,22 +150,37 @@ class RecentEvents:
                 if len(registered) >= BROKERS_HELD:
                     registered.clear()
                 registered[info.get("cluster"), info.get("broker"), info.get("addr")] = host  # type: ignore[assignment]
-            if isinstance(host, str) and self._past_limit(event, host):
-                if kind == "changed" and key is not None and self._changed.get(key) is event:
-                    del self._changed[key]
-                return
+            if isinstance(host, str):
+                logged = self._folded(event, host)
+                if logged is not None:
+                    if kind == "changed" and key is not None and self._changed.get(key) is event:
+                        del self._changed[key]
+                    return logged
+            self._append(event)
+            return True
+        # folded into the one before: no row more, but a line, held to the folded lines' budget when a
+        # remote peer's (a broker whose data version changes at every registration, in a loop)
         self._append(event)
+        if source is None:
+            return True
+        if host is _UNSEEN:
+            host = self.hosts.peer(source)
+        return host is None or self._line_of_fold(now)
 
-    def feed_event(self, kind: str, info: dict[str, Any], source: str | None = None) -> None:
+    def feed_event(self, kind: str, info: dict[str, Any], source: str | None = None) -> bool:
         """An event that is no route event (an audited request, a restart): kept with the route
         events, numbered in the same sequence.  ``source``: the peer (``host:port``) whose request
-        it is, held to its host's EVENTS_PER_HOST a minute; None: the NameServer's own."""
+        it is, held to its host's EVENTS_PER_HOST and all hosts' EVENTS_PER_MINUTE a minute; None:
+        the NameServer's own.  Whether to write its log line, as ``route_event``."""
         self.seen += 1
         now = self.clock()
         event = RouteEvent(self.seen, now, kind, dict(info), 1, now)
-        host = self._host_of(source, True) if source is not None else None
-        if host is None or not self._past_limit(event, host):
+        host = self.hosts.peer(source) if source is not None else None
+        logged = None if host is None else self._folded(event, host)
+        if logged is None:
             self._append(event)
+            return True
+        return logged
 
     def _host_of_route_event(self, kind: str, info: dict[str, Any], source: str | None) -> str | None:
         """The host a route event counts against: the peer whose request raised it; for a departure
@@ -150,53 +192,74 @@ class RecentEvents:
             if source is None and held is not _UNSEEN:
                 return held  # type: ignore[return-value]
         if source is not None:
-            return self._host_of(source, True)
+            return self.hosts.peer(source)
         addr = info.get("addr")
-        return self._host_of(addr, False) if isinstance(addr, str) else None
+        return self.hosts.broker(addr) if isinstance(addr, str) else None
 
-    def _past_limit(self, event: RouteEvent, host: str) -> bool:
-        """Whether ``event`` is past its host's EVENTS_PER_HOST this minute: then it is folded into
-        the host's ``more`` event (made the newest, numbered anew, as a folded "changed" is)."""
+    def _folded(self, event: RouteEvent, host: str) -> bool | None:
+        """None when ``event`` is listed (the caller appends it): within its host's EVENTS_PER_HOST and
+        all hosts' EVENTS_PER_MINUTE this minute.  Else it is folded into its host's ``more`` event, or
+        ALL_HOSTS' once the minute's rows are taken (made the newest, numbered anew, as a folded
+        "changed" is: its count and kinds, and how many were not logged), and the answer is whether its
+        log line is written (``_line_of_fold``'s rule, here without a call: a big cluster's start
+        registers past the minute's rows, each one through here)."""
         now = event.ts
         if not self._window <= now < self._window + HOST_WINDOW_SECONDS:  # a new minute (or the clock stepped back)
-            self._window, self._listed, self._more = now, {}, {}
+            self._new_minute(now)
         listed = self._listed.get(host)
         if listed is None and len(self._listed) >= HOSTS_COUNTED:
             host, listed = OTHER_HOSTS, self._listed.get(OTHER_HOSTS)
         listed = (listed or 0) + 1
         self._listed[host] = listed
-        if listed <= EVENTS_PER_HOST:
-            return False
-        more = self._more.get(host)
+        rows_left = self._rows < EVENTS_PER_MINUTE
+        if listed <= EVENTS_PER_HOST and rows_left:
+            self._rows += 1
+            return None
+        more = self._more.get(host) if listed > EVENTS_PER_HOST else None
+        if more is None and listed > EVENTS_PER_HOST and rows_left:
+            self._rows += 1  # the host's ``more`` row takes one
+        elif more is None:  # within its own rows past all hosts', or its ``more`` row with no row left
+            host = ALL_HOSTS
+            more = self._more.get(host)
+        self._folded_lines += 1
+        logged = self._folded_lines <= LINES_FOLDED_PER_MINUTE
+        if not logged:
+            self.lines_not_logged += 1
         kinds: dict[str, int] = {}
+        count, not_logged = 1, 0 if logged else 1
         if more is not None:
             self._drop(more)
             kinds = more.info["kinds"]
+            count, not_logged = more.count + 1, more.info.get("not_logged", 0) + (0 if logged else 1)
         kinds[event.kind] = kinds.get(event.kind, 0) + 1
-        count = listed - EVENTS_PER_HOST
-        folded = RouteEvent(event.seq, now, MORE, {
+        said = (f"all hosts: {count} more events this minute, past the {EVENTS_PER_MINUTE} rows all hosts list "
+                "a minute" if host == ALL_HOSTS else
+                f"{count} more events from {host} this minute, past the {EVENTS_PER_HOST} a host lists a minute")
+        info: dict[str, Any] = {
             "host": host, "kinds": kinds,
-            "reason": f"{count} more events from {host} this minute, past the {EVENTS_PER_HOST} a host lists "
-                      "a minute: not listed here (each one is logged and counted)"},
-            count, more.first_ts if more is not None else now)
+            "reason": f"{said}: not listed here (each one is counted, and logged while the minute's folded events "
+                      f"are within {LINES_FOLDED_PER_MINUTE:,} lines" +
+                      (f", {not_logged} of them not logged)" if not_logged else ")")}
+        if not_logged:
+            info["not_logged"] = not_logged
+        folded = RouteEvent(event.seq, now, MORE, info, count, more.first_ts if more is not None else now)
         self._more[host] = folded
         self._append(folded)
-        return True
+        return logged
 
-    def _host_of(self, address: str, peer: bool) -> str | None:
-        """The host a ``host:port`` counts under (``hosts.peer_group``), kept for the next event.
-        A ``peer`` (a connection's) on loopback counts under none: this machine's own tools and
-        brokers, as state/topology.py counts them; a broker's address as it wrote it always does
-        (a remote peer may write 127.0.0.1)."""
-        # kept by the address without its port (a connection's port is new at each connection; the
-        # host is the same): the last ``:`` is the port's, a bare IPv6's last group never leaves its /64
-        key = (address.rpartition(":")[0] or address, peer)
-        host = self._hosts.get(key, _UNSEEN)
-        if host is _UNSEEN:
-            if len(self._hosts) >= HOSTS_COUNTED:
-                self._hosts.clear()
-            host = self._hosts[key] = remote_group(address) if peer else peer_group(peer_host(address))
-        return host  # type: ignore[return-value]
+    def _new_minute(self, now: float) -> None:
+        self._window, self._listed, self._more, self._rows, self._folded_lines = now, {}, {}, 0, 0
+
+    def _line_of_fold(self, now: float) -> bool:
+        """Whether a folded event's log line is written: within the minute's LINES_FOLDED_PER_MINUTE;
+        else it is counted in ``lines_not_logged``."""
+        if not self._window <= now < self._window + HOST_WINDOW_SECONDS:
+            self._new_minute(now)
+        self._folded_lines += 1
+        if self._folded_lines <= LINES_FOLDED_PER_MINUTE:
+            return True
+        self.lines_not_logged += 1
+        return False
 
     def _append(self, event: RouteEvent) -> None:
         """``event`` kept as the newest; the oldest, if it goes, out of the index too."""

@@ -18,7 +18,9 @@ its first: a cluster's NameServers share that file).  Nothing runs beside the fo
 writer (warm_restart.py).
 
 Cost: each comparison reads every topic's route from every server (a request per topic each):
-raise the interval for clusters with very many topics.
+raise the interval for clusters with very many topics.  A reading keeps at most
+``compare.PATHS_MAX`` fields of a server (this server's own and a peer's are held together), each
+answer's values counted over its bytes before it is decoded: past them, that peer's error.
 """
 
 from __future__ import annotations
@@ -44,11 +46,6 @@ from .timers import ClockedTimerService
 log = Logger()
 #: seconds each request to a peer may take
 PEER_TIMEOUT = 3.0
-#: the fields (paths) one reading of a server may keep, about 150 bytes each: this server's own
-#: and a peer's are held together, so at most about 300 MB (a hostile peer of 2,000 topics each
-#: routed by 2,000 groups took a server to 700 MB in 40 s, and on towards 6 GB); a cluster of
-#: 60,000 topics on two groups is about 1 M
-VIEW_PATHS_MAX = 1_000_000
 #: the differences listed per peer (the count is exact)
 LINES_SHOWN = 50
 LOOPBACKS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
@@ -154,13 +151,13 @@ def compare_with_peers(own: str, state: NamesrvState, peers: list[str],
     peer compared with this server."""
     report = PeersReport(own, list(peers))
     try:
-        mine = yield read_in_process(state, compare.snapshot_asks(own, max_paths=VIEW_PATHS_MAX))
+        mine = yield read_in_process(state, compare.snapshot_asks(own, max_paths=compare.PATHS_MAX))
     except AdminError as exc:
         report.error = f"this server's own routes could not be read: {exc}"
         return report
     for peer in peers:
         try:
-            theirs = yield read_remote(connect(peer), compare.snapshot_asks(peer, max_paths=VIEW_PATHS_MAX))
+            theirs = yield read_remote(connect(peer), compare.snapshot_asks(peer, max_paths=compare.PATHS_MAX))
         except AdminError as exc:
             report.results.append(PeerResult(peer, False, error=str(exc)))
             continue

@@ -453,6 +453,10 @@ class RemotingFactory(protocol.Factory):
     ``budget`` are shared by a server's listeners (the composition root's: service.py)."""
 
     protocol = RemotingProtocol
+    #: no "Starting factory <twisted_namesrv.server.RemotingFactory object at 0x7f...>" line at start and
+    #: its "Stopping" twin at stop: a Python repr, the second line a new operator read; the port's own
+    #: "RemotingFactory starting on 9876" and the boot line say what listens
+    noisy = False
 
     def __init__(self, dispatcher: Dispatcher, clock: interfaces.IReactorTime, max_frame_length: int,
                  idle_timeout: float, refusals: Refusals, budget: MemoryBudget, max_connections: int = 0,

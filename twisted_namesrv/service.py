@@ -67,7 +67,7 @@ from .starts import UNCLEAN, Counted, count_clean_stop, count_start, last_run_un
 from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.costly import KeepTimers
-from .state.hosts import host_port
+from .state.hosts import KeptHosts, host_port
 from .state.kv import KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
 from .state.store import Save, Saved, SavesOfNewest, StoreError, unwritable
@@ -223,12 +223,13 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
                                    window=config["aclSignatureWindowSeconds"], clock=seconds)
            if config["aclEnable"] else None)
     budget = MemoryBudget(config["receiveMemoryBudget"] or default_budget(config["frameMaxLength"]))
-    topology = Topology(seconds)
+    hosts = KeptHosts()  # the host each peer counts under, for the topology's bound and the page's
+    topology = Topology(seconds, hosts)
     uptime = since_now(steady)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
                          config_saves.save, BuildsApart(clock, budget).build, acl=acl, uptime=uptime)
     # the 10 minutes a departure and its lost topics are kept: on the steady clock (clocks.py)
-    events, departed = RecentEvents(seconds), DepartedBrokers(seconds, steady)
+    events, departed = RecentEvents(seconds, hosts), DepartedBrokers(seconds, steady)
     lost = LostTopics(seconds, steady=steady)
     flaps = FlapWatch(seconds, steady, flapping_told(events))
     # a reactor that did not run for a while (SIGSTOP, a paused VM): its line, counters and page event
@@ -252,7 +253,9 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
 def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
                          topology: Topology | None = None) -> Callable[[str, dict], None]:
     """The route events' log line and page event, unless the broker flaps (flapping.py): then they
-    are summarised, its start and end one page event each; every one is counted all the same.
+    are summarised, its start and end one page event each; every one is counted all the same.  The
+    page's events say whether the line is written (events.py: a flood's lines past
+    LINES_FOLDED_PER_MINUTE are counted, not logged).
     ``topology.origin``: the peer whose request is being applied, the host a page event counts
     against (events.py: EVENTS_PER_HOST; read as an attribute: every registration's path)."""
     flapping = flaps.now_flapping
@@ -261,8 +264,8 @@ def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
         if flapping and flaps.flap_of(info) is not None:  # none flapping: nothing more for a registration
             flaps.heard(kind, info)  # summarised
             return
-        log_route_event(kind, info)
-        events.route_event(kind, info, None if topology is None else topology.origin)
+        if events.route_event(kind, info, None if topology is None else topology.origin):  # (past the
+            log_route_event(kind, info)  # folded events' lines a minute, counted and not logged: events.py)
         if kind in DEPARTURES:  # may make it flapping: the warning after the departure's line
             flaps.heard(kind, info)
     return told

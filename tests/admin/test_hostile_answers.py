@@ -17,6 +17,7 @@ from twisted.internet import defer, task
 
 from tests.test_processor import Namesrv
 from twisted_namesrv import peers as peers_module
+from twisted_namesrv.admin import compare as compare_module
 from twisted_namesrv.admin.cli import main
 from twisted_namesrv.admin.client import AdminError
 from twisted_namesrv.admin.compare import Ask, snapshot_asks
@@ -186,7 +187,7 @@ def test_the_peers_view_reads_no_more_of_a_peer_than_its_bound_of_fields(tmp_pat
     """A peer of namesrvAddr answering a topic list of 2,000 topics, each routed by 2,000 groups
     (355 KB a route): the view read and kept every field of every route, 16,000 a route at about
     150 bytes each (in the server, 700 MB after 40 s, on towards 6 GB).  Now a reading stops past
-    VIEW_PATHS_MAX fields, the peer's error, and the other peers are compared.  Here the same at a
+    compare.PATHS_MAX fields, the peer's error, and the other peers are compared.  Here the same at a
     smaller size (200 topics of 500 groups, a bound of 10,000), so that the code before, which
     reads them all, fails in 120 MB rather than gigabytes."""
     groups = 500
@@ -201,8 +202,7 @@ def test_the_peers_view_reads_no_more_of_a_peer_than_its_bound_of_fields(tmp_pat
     honest = _Answering({RequestCode.GET_BROKER_CLUSTER_INFO: b'{"clusterAddrTable": {}, "brokerAddrTable": {}}',
                          RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: b'{"topicList": []}'})
     peers = {"10.0.0.8:9876": hostile, "10.0.0.9:9876": honest}
-    # raising=False: the code before had no bound to set
-    monkeypatch.setattr(peers_module, "VIEW_PATHS_MAX", 10_000, raising=False)
+    monkeypatch.setattr(compare_module, "PATHS_MAX", 10_000)
     cooperator = task.Cooperator(scheduler=lambda step: step(), started=True)
     state = Namesrv(tmp_path).state
     original = peers_module.read_in_process
@@ -210,7 +210,44 @@ def test_the_peers_view_reads_no_more_of_a_peer_than_its_bound_of_fields(tmp_pat
     report = peers_module.compare_with_peers("10.0.0.1:9876", state, list(peers), peers.__getitem__).result
     liar, other = report.results
     assert (liar.up, other.up, other.differences) == (False, True, 0)
-    assert liar.error.startswith("10.0.0.8:9876: its routes hold more than 10000 fields")
+    assert liar.error.startswith("10.0.0.8:9876: its answer to a route holds about 4000 values, 8005 fields kept "
+                                 "before it, more than 10000 fields to compare")
     # the cluster info, the topic list and 3 routes of 4,002 fields each: the reading stopped at the
-    # first route past the bound (12,006 fields), where it read all 200 (800,400 fields)
+    # route that would pass the bound, not decoded (12,006 fields), where it read all 200 (800,400 fields)
     assert hostile.asked == 2 + 3
+
+
+def test_an_answer_past_the_bound_is_refused_before_it_is_decoded(monkeypatch):
+    """A route of 16 MiB (a hostile peer's, or another program's) decoded whole is millions of
+    objects, made only to be refused after: its values are counted over its bytes first, and past
+    the reading's bound it is refused undecoded, naming the answer."""
+    decoded: list[int] = []
+    real = compare_module.json_body
+    monkeypatch.setattr(compare_module, "json_body", lambda addr, answer: decoded.append(answer.code) or
+                        real(addr, answer))
+    route = b'{"queueDatas": [' + b",".join([b'{"brokerName": "b", "perm": 6}'] * 200_000) + b"]}"
+    asks = snapshot_asks("10.0.0.9:9876", max_paths=100_000)
+    answers = {RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: b'{"topicList": ["T"]}',
+               RequestCode.GET_ROUTEINFO_BY_TOPIC: route}
+    ask = next(asks)
+    with pytest.raises(compare_module.TooBig, match=r"^10\.0\.0\.9:9876: its answer to a route holds about "
+                                                    r"400000 values, 1 fields kept before it, more than 100000"):
+        while True:
+            request = RemotingCommand.request(ask.code, ask.ext)
+            ask = asks.send(RemotingCommand.response_to(request, body=answers.get(ask.code, b"{}")))
+    assert RequestCode.GET_ROUTEINFO_BY_TOPIC not in decoded and len(decoded) == 2  # the cluster info, the topics
+
+
+def test_compare_stops_at_max_fields_with_one_error_line(liar):
+    """``namesrv-admin compare`` read without a bound; now at most --max-fields (default
+    compare.PATHS_MAX) a server, one error line naming it, exit 1."""
+    topics = json.dumps({"topicList": [f"T{j}" for j in range(50)]}).encode()
+    route = json.dumps({"queueDatas": [{"brokerName": "b", "perm": 6, "readQueueNums": 8, "writeQueueNums": 8,
+                                        "topicSysFlag": 0}], "brokerDatas": []}).encode()
+    answers = {RequestCode.GET_BROKER_CLUSTER_INFO: b'{"clusterAddrTable": {}, "brokerAddrTable": {}}',
+               RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topics, RequestCode.GET_ROUTEINFO_BY_TOPIC: route}
+    one, two = liar(answers), liar(answers)
+    assert run("compare", "--timeout", "5", one, two)[0] == 0
+    code, out, err = run("compare", "--timeout", "5", "--max-fields", "100", one, two)
+    assert code == 1 and err.count("\n") == 2 and "more than 100 fields to compare" in err, err
+    assert run("compare", "--max-fields", "0", one, two)[0] == 2

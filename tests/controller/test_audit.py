@@ -18,6 +18,7 @@ from twisted_namesrv.controller.codes import ControllerRequestCode as Req
 from twisted_namesrv.controller.codes import ControllerResponseCode as Code
 from twisted_namesrv.remoting.codes import V5_3_3
 from twisted_namesrv.service import NamesrvService
+from twisted_namesrv.state.hosts import KeptHosts
 
 
 @pytest_twisted.async_yield_fixture
@@ -109,7 +110,7 @@ def test_a_controller_decision_is_declined_neither_refused_nor_failed():
     from twisted_namesrv.remoting import ResponseCode
     from twisted_namesrv.remoting.command import RemotingCommand
 
-    trail = AuditTrail(RecentEvents(lambda: 0.0), (CONTROLLER,))
+    trail = AuditTrail(RecentEvents(lambda: 0.0, KeptHosts()), (CONTROLLER,))
     observe = Trail(CONTROLLER, lambda: 0.0, None, trail)
     elect = RemotingCommand.request(Req.CONTROLLER_ELECT_MASTER, {"clusterName": "c", "brokerName": "b",
                                                                    "brokerId": "1", "designateElect": "false"})

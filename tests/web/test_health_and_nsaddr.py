@@ -124,6 +124,19 @@ def test_nsaddr_answers_the_configured_list_as_clients_split_it(tmp_path):
 
 
 @pytest_twisted.inlineCallbacks
+def test_nsaddr_answers_the_list_as_it_was_checked_without_the_white_space_around_entries(tmp_path):
+    """A -c file's nsaddrList holding a line separator (U+2028), a CR or spaces around an entry was
+    checked without them and answered with them: Java's clients split the answer at ``;`` and read
+    ``10.0.0.1:9876\u2028`` as a port that is no number.  The answer is the entries as checked."""
+    service, _, base = yield started(tmp_path, nsaddrList=" 10.0.0.1:9876\u2028; 10.0.0.2:9876\r;;")
+    try:
+        code, _, body = yield get(base + "/rocketmq/nsaddr")
+        assert (code, body) == (200, b"10.0.0.1:9876;10.0.0.2:9876")
+    finally:
+        yield service.stopService()
+
+
+@pytest_twisted.inlineCallbacks
 def test_nsaddr_bound_to_every_interface_answers_the_address_the_poller_reached(tmp_path):
     service, port, base = yield started(tmp_path, bindAddress="0.0.0.0")
     try:
@@ -203,7 +216,8 @@ def test_the_advertised_address_comes_from_the_environment_unless_flag_or_file_s
         NamesrvConfig.from_file(None, base)
 
 
-@pytest.mark.parametrize("value", ["h:0", "h:99999", "h:x", ":9876", "[::1]:x"])
+@pytest.mark.parametrize("value", ["h:0", "h:99999", "h:x", ":9876", "[::1]:x", "h\u2028x:9876", "h:98\r76",
+                                   "h\tx"])
 def test_a_malformed_advertised_address_is_refused_naming_the_key(value):
     with pytest.raises(ConfigError, match=r"advertisedAddress: .* is not host or host:port"):
         NamesrvConfig({"advertisedAddress": value})

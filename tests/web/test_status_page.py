@@ -481,3 +481,43 @@ def test_a_plain_headless_screenshot_shows_the_brokers_even_when_the_api_is_slow
     assert "broker-a" in cells and 'data-perm="read-write"' in attributes, cells
     _, status_line = row(text, "id", "status", "div")
     assert status_line == "all 1 brokers heartbeating", status_line
+
+
+@pytest_twisted.inlineCallbacks
+def test_names_holding_invisible_characters_show_as_their_escapes(tmp_path):
+    """A KV key holding a newline read "Top ic", a value holding U+2028, CR and ESC read without
+    them, and a refused config value "a\\u2028b" read "ab", the character it was refused for not
+    there to see: the page draws every character escapes.py finds as its escape, as the log and
+    namesrv-admin do (the data stays raw: /api/kv still answers the key as it is)."""
+    browser = chromium()
+    night = Night(tmp_path)
+    yield night.start()
+    client = yield connect(night.port)
+    night.clients.append(client)
+    yield night.register(client, "broker\u2028x", "127.0.0.1:10911")
+    key, value = "Top\nic", "v\u2028line\rcr\x1b[31mred"
+    for opaque, (code, ext) in enumerate([
+            (RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": key, "value": value}),
+            (RequestCode.UPDATE_NAMESRV_CONFIG, None)], 20):
+        request = RemotingCommand.request(code, ext, b"productEnvName=a\\u2028b" if ext is None else None,
+                                          opaque=opaque, version=V5_3_3)
+        yield client.call(request)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    try:
+        api = json.loads((yield get(f"{night.base}/api/kv"))[2])
+        dom, _, status = yield utils.getProcessOutputAndValue(browser, [*flags, "--window-size=1280,900",
+                                                                        "--dump-dom", night.base + "/"],
+                                                              env={**os.environ, "TZ": "UTC"})
+    finally:
+        yield night.stop()
+    assert api["namespaces"]["NS"] == {key: value}
+    text = dom.decode()
+    assert status == 0, text[-2000:]
+    _, kv = row(text, "id", "kv", "div")
+    assert kv == "NS: Top\\nic=v\\u2028line\\rcr\\x1b[31mred", kv
+    _, refused = row(text, "data-kind", "audit")  # newest first: the refused config update
+    assert 'config={"productEnvName":"a\\u2028b"}' in refused and "refused" in refused, refused
+    _, broker = row(text, "data-addr", "127.0.0.1:10911")
+    assert broker.startswith("broker\\u2028x 127.0.0.1:10911"), broker
+    assert "\\n" not in text.rpartition("</script>")[2]  # the document's own line ends are no peer's

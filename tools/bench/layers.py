@@ -142,6 +142,7 @@ def registered(step_name: str, brokers: int, warm: int, layer: str | None,
     sys.settrace(None)
     if len(bench.service.state.routes.brokerLiveTable) != len(tables):
         raise SystemExit(f"{len(bench.service.state.routes.brokerLiveTable)} brokers registered of {len(tables)}")
+    bench.remembered(tables)
     return calls, sum(lines.values()) if lines is not None else 0
 
 

@@ -93,6 +93,17 @@ def _options(parser: argparse.ArgumentParser, namesrv: bool, suppress: bool) -> 
                              "otherwise only writes are signed)")
 
 
+def _positive(text: str) -> int:
+    """A whole number above 0 (``compare --max-fields``): argparse says so, exit 2, for anything else."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{number} is not above 0")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="namesrv-admin", description="Administer RocketMQ NameServers "
                                      "(Java or twisted-namesrv) over the remoting protocol.")
@@ -125,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--strict", action="store_true",
                      help="also compare fields only RocketMQ 5.x sends (enableActingMaster, zoneName, "
                           "topicQueueMappingByBroker) between a 4.x and a 5.x NameServer")
+    sub.add_argument("--max-fields", type=_positive, default=compare.PATHS_MAX, metavar="N",
+                     help="stop reading a NameServer whose routes hold more than N fields to compare (about 150 "
+                          f"bytes of memory each; default {compare.PATHS_MAX:,}: about 60,000 topics on two "
+                          "broker groups), each answer's values counted before it is decoded")
     _options(sub, namesrv=False, suppress=True)
     _options(simulate.add_parser(subparsers), namesrv=True, suppress=True)
     controller_store.add_parsers(subparsers)  # files, not the network: no -n, no TLS
@@ -258,7 +273,7 @@ def run_compare(addrs: list[str], args: argparse.Namespace, out: TextIO, err: Te
     for addr in addrs:
         client = NamesrvClient(addr, args.timeout, keys, tls, args.sign_reads)
         try:
-            snapshots[addr] = compare.snapshot(client, args.data_versions)
+            snapshots[addr] = compare.snapshot(client, args.data_versions, args.max_fields)
         except AdminError as exc:
             err.write(f"error: {printable(exc)}\n")
         finally:

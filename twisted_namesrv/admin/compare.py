@@ -43,6 +43,11 @@ QUEUE_FIELDS = ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
 V5_ONLY_FIELDS = frozenset({"enableActingMaster", "zoneName", "topicQueueMappingByBroker"})
 KINDS = ("cluster", "broker", "topic")  # the report's order of groups
 Path = tuple[Any, ...]
+#: the fields (paths) one reading of a server keeps at most, about 150 bytes each (``compare
+#: --max-fields`` for another bound): the peers view holds this server's own and a peer's together,
+#: so about 300 MB at most (a hostile peer of 2,000 topics each routed by 2,000 groups took a server
+#: to 700 MB in 40 s, and on towards 6 GB); a cluster of 60,000 topics on two groups is about 1 M
+PATHS_MAX = 1_000_000
 
 
 @dataclass
@@ -90,9 +95,10 @@ class Ask:
 Asking = Generator[Ask, RemotingCommand, "Snapshot"]
 
 
-def snapshot(client: NamesrvClient, data_versions: bool = False) -> Snapshot:
-    """One NameServer's routes, flattened, read through a blocking client."""
-    asks = snapshot_asks(client.addr, data_versions)
+def snapshot(client: NamesrvClient, data_versions: bool = False, max_paths: int | None = PATHS_MAX) -> Snapshot:
+    """One NameServer's routes, flattened, read through a blocking client (``max_paths``: as
+    ``snapshot_asks``)."""
+    asks = snapshot_asks(client.addr, data_versions, max_paths)
     try:
         ask = next(asks)
         while True:
@@ -113,16 +119,19 @@ class TooBig(AdminError):
     """A server's routes hold more fields than the reading may keep (``max_paths``)."""
 
 
-def snapshot_asks(addr: str, data_versions: bool = False, max_paths: int | None = None) -> Asking:
+def snapshot_asks(addr: str, data_versions: bool = False, max_paths: int | None = PATHS_MAX) -> Asking:
     """One NameServer's routes, flattened: the requests a client makes, answered by the driver.
     ``max_paths``: past that many fields kept (about 150 bytes each) the reading stops, TooBig: a
     server's answers choose how many there are (a topic list of 16 MiB, each route up to 16 MiB),
-    and the peers view reads its peers in the server's own process."""
-    answer = yield from _ok(addr, Ask(RequestCode.GET_BROKER_CLUSTER_INFO))
-    info = json_body(addr, answer)
-    topics = json_body(addr, (yield from _ok(addr, Ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))))
-    paths: dict[Path, Any] = {}
+    and the peers view reads its peers in the server's own process.  Each answer's values are
+    counted over its bytes before it is decoded (``_Room.admit``): one answer of 16 MiB decoded is
+    millions of objects, too many to make only to be refused.  None: no bound."""
     room = _Room(addr, max_paths)
+    paths: dict[Path, Any] = {}
+    answer = yield from _ok(addr, Ask(RequestCode.GET_BROKER_CLUSTER_INFO))
+    info = json_body(addr, room.admit(paths, answer, "the cluster info"))
+    listed = yield from _ok(addr, Ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+    topics = json_body(addr, room.admit(paths, listed, "the topic list"))
     with answer_read(addr, "the cluster info, the topic list or a route"):  # a hostile peer's: one error
         for cluster, names in (info.get("clusterAddrTable") or {}).items():
             paths[("cluster", cluster)] = PRESENT
@@ -132,27 +141,49 @@ def snapshot_asks(addr: str, data_versions: bool = False, max_paths: int | None 
             paths[("broker", name)] = PRESENT
             paths.update(_broker_paths(("broker", name), broker))
             if data_versions:
-                paths.update((yield from _data_versions(addr, name, broker)))
+                paths.update((yield from _data_versions(addr, name, broker, room, paths)))
         room.check(paths)
         for topic in topics.get("topicList") or []:
             paths[("topic", topic)] = PRESENT
-            paths.update((yield from _route_paths(addr, topic)))
+            paths.update((yield from _route_paths(addr, topic, room, paths)))
             room.check(paths)
         _comparable(paths)
     return Snapshot(paths, answer.version)
 
 
+def values_in(body: bytes) -> int:
+    """About how many values a JSON body holds, counted over its bytes without decoding it: one more
+    than its commas (one between two members of an object or an array; a comma inside a text counts
+    too, which no NameServer's names hold).  A route's values and the fields a reading keeps of it
+    are about as many (a queue: five of each; a broker: four or five against five)."""
+    return body.count(b",") + 1 if body else 0
+
+
 class _Room:
-    """What a reading may keep: ``check`` raises TooBig once the paths pass ``max_paths``."""
+    """What a reading may keep: ``check`` raises TooBig once the paths pass ``max_paths``, ``admit``
+    before an answer whose values would pass it is decoded."""
 
     def __init__(self, addr: str, max_paths: int | None) -> None:
         self.addr, self.max_paths = addr, max_paths
 
     def check(self, paths: dict[Path, Any]) -> None:
         if self.max_paths is not None and len(paths) > self.max_paths:
-            raise TooBig(f"{self.addr}: its routes hold more than {self.max_paths} fields to compare; read no "
-                         "further (a cluster that big is compared by namesrv-admin compare, a peer answering "
-                         "that much is no NameServer of this cluster)")
+            raise TooBig(f"{self.addr}: its routes hold more than {self.max_paths} fields to compare; "
+                         f"{self._further}")
+
+    def admit(self, paths: dict[Path, Any], answer: RemotingCommand, what: str) -> RemotingCommand:
+        """``answer``, unless its values and the fields kept so far pass ``max_paths``: then TooBig,
+        before anything of it is decoded."""
+        if self.max_paths is not None and answer.body:
+            values = values_in(answer.body)
+            if len(paths) + values > self.max_paths:
+                raise TooBig(f"{self.addr}: its answer to {what} holds about {values} values, {len(paths)} fields "
+                             f"kept before it, more than {self.max_paths} fields to compare; {self._further}")
+        return answer
+
+    @property
+    def _further(self) -> str:
+        return "read no further (a cluster that big is read by namesrv-admin compare --max-fields N)"
 
 
 def _comparable(paths: dict[Path, Any]) -> None:
@@ -175,19 +206,20 @@ def _broker_paths(prefix: Path, broker: dict[str, Any]) -> dict[Path, Any]:
     return paths
 
 
-def _data_versions(server: str, name: str, broker: dict[str, Any]) -> Generator[Ask, RemotingCommand,
-                                                                                   dict[Path, Any]]:
+def _data_versions(server: str, name: str, broker: dict[str, Any], room: _Room,
+                   kept: dict[Path, Any]) -> Generator[Ask, RemotingCommand, dict[Path, Any]]:
     paths: dict[Path, Any] = {}
     for bid, addr in (broker.get("brokerAddrs") or {}).items():
         ext = {"brokerName": name, "brokerAddr": addr, "clusterName": broker.get("cluster") or "", "brokerId": bid}
         answer = yield from _ok(server, Ask(RequestCode.QUERY_DATA_VERSION, ext, PROBE_VERSION))
-        version = json_body(server, answer) if answer.body else None
+        version = json_body(server, room.admit(kept, answer, "a data version")) if answer.body else None
         paths[("broker", name, "dataVersion", int(bid))] = (
             "unknown" if version is None else f"timestamp={version.get('timestamp')} counter={version.get('counter')}")
     return paths
 
 
-def _route_paths(server: str, topic: str) -> Generator[Ask, RemotingCommand, dict[Path, Any]]:
+def _route_paths(server: str, topic: str, room: _Room,
+                 kept: dict[Path, Any]) -> Generator[Ask, RemotingCommand, dict[Path, Any]]:
     ext = {"topic": topic, "acceptStandardJsonOnly": "true"}
     answer = yield Ask(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext)
     prefix: Path = ("topic", topic, "route")
@@ -195,7 +227,7 @@ def _route_paths(server: str, topic: str) -> Generator[Ask, RemotingCommand, dic
         return {prefix: NO_ROUTE}
     if answer.code != ResponseCode.SUCCESS:
         raise ResponseError(server, RequestCode.GET_ROUTEINFO_BY_TOPIC, answer)
-    route = json_body(server, answer)
+    route = json_body(server, room.admit(kept, answer, "a route"))
     paths: dict[Path, Any] = {prefix: PRESENT}
     for queue in route.get("queueDatas") or []:
         queue_prefix = prefix + ("queue", str(queue.get("brokerName")))

@@ -264,4 +264,5 @@ def counted(manager: ControllerManager, request: RemotingCommand, handled: bool,
 
 
 CONTROLLER_TABLE = HandlerTable(HANDLERS, {}, refusal, error_reply, channels_closed,  # type: ignore[arg-type]
-                                counted=counted, keeps_answers=False, subject="controller request")
+                                counted=counted, keeps_answers=False, subject="controller request",
+                                listener="controller")

@@ -31,6 +31,7 @@ from ..metrics import Metrics
 from ..refusals import Refusals
 from ..server import Admission, Listener, Notifier, RemotingFactory
 from ..state.acl import AccessControl
+from ..state.hosts import KeptHosts
 from ..timers import ClockedTimerService
 from .audit import CONTROLLER
 from .config import ControllerConfig, ControllerConfigError, ControllerPeer
@@ -100,7 +101,8 @@ class ControllerService(service.MultiService):
         if budget is None:  # standing alone (controller/tap.py): its own root, with a budget of its own
             budget = MemoryBudget(8 * max_frame_length)
         if audit is None:  # standing alone: its own trail (the log lines; no status page counts or shows them)
-            audit = Trail(CONTROLLER, reactor.seconds, acl, AuditTrail(RecentEvents(reactor.seconds), (CONTROLLER,)))
+            audit = Trail(CONTROLLER, reactor.seconds, acl, AuditTrail(RecentEvents(reactor.seconds, KeptHosts()),
+                                                                           (CONTROLLER,)))
         # every state change a request makes is one audit event (audit.py), inside a NameServer
         # counted and shown by its trail (service.py wires it)
         self.dispatcher.observe(audit)

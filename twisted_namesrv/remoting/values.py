@@ -9,8 +9,9 @@ import re
 
 class BadRequest(ValueError):
     """A header field or body whose absence or form makes Java fail with SYSTEM_ERROR: the
-    dispatcher answers SYSTEM_ERROR with this message and logs it in one warning line (a peer
-    sending garbage must not flood the log), on every listener (the NameServer's, the controller's)."""
+    dispatcher answers SYSTEM_ERROR with this message and refuses it as ``bad_request`` (refusals.py:
+    one warning a peer host, every one counted, so a peer sending garbage in a loop does not flood the
+    log), on every listener (the NameServer's, the controller's)."""
 
 
 #: what Long.parseLong / Integer.parseInt accept, range aside: Character.digit takes any Unicode

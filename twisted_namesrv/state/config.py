@@ -304,11 +304,20 @@ def _check_networks(text: str) -> None:
                           "e.g. 10.0.0.0/8,192.168.1.0/24)") from None
 
 
+def nsaddr_entries(text: str) -> list[str]:
+    """The ``host:port`` entries of an ``nsaddrList`` / ``namesrvAddr`` as this server reads them: split
+    at ``;``, each without the white space around it (a space, a CR or a line separator a file left
+    there), empty ones dropped.  What is checked and what the address server answers (joined again):
+    Java's clients split that answer at ``;`` and read each entry as it is, so an entry served with
+    the ``\u2028`` it was checked without was ``127.0.0.1:9876\u2028``, a port that is no number."""
+    return [entry for entry in (part.strip() for part in text.split(";")) if entry]
+
+
 def _check_nsaddr_list(name: str, text: str) -> None:
     """``nsaddrList`` / ``namesrvAddr``: empty or ``host:port`` entries joined by ``;``, as clients split it.
     An entry with a comma or a space is a list written with another separator: taken as one
     ``host:port`` (the last entry's port) it named no server and nothing said so."""
-    for entry in filter(None, (part.strip() for part in text.split(";"))):
+    for entry in nsaddr_entries(text):
         if written_as_list(entry):
             raise ConfigError(f"{name}: {entry!r} is not host:port: NameServers are separated by ';' "
                               "(host:port;host:port)")
@@ -329,6 +338,8 @@ def _check_advertised(text: str) -> None:
     if ";" in text or "," in text or " " in text:
         raise ConfigError(f"advertisedAddress: {text!r} is one address (host or host:port), not a list; "
                           "a list of NameServers is nsaddrList")
+    if any(c.isspace() for c in text):  # a CR, tab or line separator inside: answered so by /rocketmq/nsaddr
+        raise ConfigError(f"advertisedAddress: {text!r} is not host or host:port (white space inside)")
     host, port = split_advertised(text)
     if not host or (port is not None and not 0 < port <= 65535):
         raise ConfigError(f"advertisedAddress: {text!r} is not host or host:port (a port 1 to 65535)")

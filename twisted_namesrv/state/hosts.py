@@ -95,6 +95,57 @@ def remote_group(peer: str) -> str | None:
     return peer_group(str(address))
 
 
+#: peers' and brokers' hosts KeptHosts keeps, each table started over when full
+HOSTS_KEPT = 4096
+
+
+class KeptHosts:
+    """The host each peer and each broker address counts under, worked out once and kept: an IPv6
+    address parsed is tens of Python calls, on a first registration's path.  One table for the
+    server (``service.build`` makes it and hands it to the page's events and the remembered
+    topology): two copies of one value computed in two places could come to disagree, and a peer
+    counted under one host by one owner and another by the other would slip the bound of both.
+
+    Kept by the address without its port (a connection's port is new at each connection, its host
+    the same; a bare IPv6 address's last group, taken as a port, never leaves its /64).  The owners
+    read ``peers``/``written`` with ``dict.get`` first (no Python call when kept) and call ``peer``
+    or ``broker`` only for an address not kept yet."""
+
+    __slots__ = ("peers", "written")
+
+    def __init__(self) -> None:
+        #: a connection's address (without its port) -> its ``remote_group`` (None: loopback, or none known)
+        self.peers: dict[str, str | None] = {}
+        #: a broker's address as it wrote it (without its port) -> its ``peer_group``
+        self.written: dict[str, str] = {}
+
+    def peer(self, peer: str) -> str | None:
+        """The host a connection's peer (``host:port``) counts under: its ``remote_group``; None for a
+        loopback peer (this machine's own tools and brokers) and for one of no address."""
+        key = peer.rpartition(":")[0] or peer
+        host = self.peers.get(key, _UNSEEN)
+        if host is _UNSEEN:
+            if len(self.peers) >= HOSTS_KEPT:
+                self.peers.clear()
+            host = self.peers[key] = remote_group(peer)
+        return host  # type: ignore[return-value]
+
+    def broker(self, address: str) -> str:
+        """The host a broker's address as it wrote it counts under (``peer_group`` of its host):
+        loopback too, since a remote peer may write 127.0.0.1."""
+        key = address.rpartition(":")[0] or address
+        host = self.written.get(key)
+        if host is None:
+            if len(self.written) >= HOSTS_KEPT:
+                self.written.clear()
+            host = self.written[key] = peer_group(peer_host(address))
+        return host
+
+
+#: an address not kept yet (None is a kept answer: a loopback peer)
+_UNSEEN: object = object()
+
+
 def _address(text: str) -> Address | None:
     """An IP address as written in a Host (``[v6]`` without brackets here), IPv4-mapped IPv6 as IPv4;
     None for a name.  Python's parser refuses ``127.1``, ``0x7f.0.0.1`` and leading zeros: those are

@@ -39,7 +39,7 @@ import msgspec
 
 from ..bodies.route import MASTER_ID
 from .alike import Alike
-from .hosts import remote_group
+from .hosts import KeptHosts
 from .store import DocumentError, document_items
 
 #: route events that name a present member, and those after which it is gone (lost_topics.DEPARTURES)
@@ -50,8 +50,6 @@ GROUPS_LIMIT = 10_000
 #: new groups one peer host (``hosts.peer_group``: an IPv6 host's /64) may bring into the memory
 #: since this start, those it brought and an operator retired given back
 GROUPS_PER_HOST = 64
-#: peers' hosts worked out and kept (Topology._hosts), started over when full
-HOSTS_KEPT = 4096
 #: a host not worked out yet
 _UNSEEN = object()
 #: members remembered per group (ids; a slave that came back under a new id leaves its old one)
@@ -113,9 +111,11 @@ class KnownGroup(msgspec.Struct):
 class Topology:
     """Every (cluster, broker group) seen and not retired, with its members."""
 
-    def __init__(self, clock: Callable[[], float], groups_limit: int = GROUPS_LIMIT,
+    def __init__(self, clock: Callable[[], float], hosts: KeptHosts, groups_limit: int = GROUPS_LIMIT,
                  members_limit: int = MEMBERS_LIMIT, groups_per_host: int = GROUPS_PER_HOST) -> None:
         self.clock = clock
+        #: the host each peer counts under: the server's one table (service.build), the page's events' too
+        self.hosts = hosts
         self.groups_limit = groups_limit
         self.members_limit = members_limit
         self.groups_per_host = groups_per_host
@@ -127,9 +127,6 @@ class Topology:
         #: groups in the memory each host brought since this start, and which brought each
         self.brought: Counter[str] = Counter()
         self._brought_by: dict[tuple[str, str], str] = {}
-        #: peers' addresses (without their ports) -> their hosts (``hosts.remote_group``: an IPv6
-        #: address parsed is tens of Python calls, on a new group's first registration)
-        self._hosts: dict[str, Any] = {}
         #: new groups not remembered because their host had brought GROUPS_PER_HOST, by host (the
         #: store's log line tells and clears it; ``refused`` counts them too)
         self.refused_hosts: Counter[str] = Counter()
@@ -177,14 +174,12 @@ class Topology:
             if len(self.groups) >= self.groups_limit:
                 self.refused += 1
                 return
-            host = None
-            if self.origin is not None:  # its host, kept by the address without its port (C-level: no call)
-                address = self.origin.rpartition(":")[0]
-                host = self._hosts.get(address, _UNSEEN)
+            host: Any = None  # (a str or None, once not _UNSEEN)
+            origin = self.origin
+            if origin is not None:  # its host, kept by the address without its port (C-level: no call)
+                host = self.hosts.peers.get(origin.rpartition(":")[0] or origin, _UNSEEN)
                 if host is _UNSEEN:
-                    if len(self._hosts) >= HOSTS_KEPT:
-                        self._hosts.clear()
-                    host = self._hosts[address] = remote_group(self.origin)
+                    host = self.hosts.peer(origin)
             if host is not None:
                 if self.brought[host] >= self.groups_per_host:
                     self.refused += 1

@@ -302,6 +302,11 @@ class NamesrvCollector(Collector):
         for error in sorted(set(self.metrics.log_lines_lost) | set(LOG_ERRORS)):
             lost.add_metric([error], self.metrics.log_lines_lost[error])
         yield lost
+        yield CounterMetricFamily("namesrv_event_lines_not_logged", "Log lines of peers' route and audit events "
+                                  "not written because the minute's folded events (past a host's 20 rows a minute, "
+                                  "or all hosts' 60) already had their 6,000 lines: a peer making events as fast as "
+                                  "it can; each one is still counted by its own metric",
+                                  value=self.seen.events.lines_not_logged)
         yield CounterMetricFamily("namesrv_systemd_watchdog_failures", "WATCHDOG=1 messages systemd could not be "
                                   "sent (WatchdogSec; NOTIFY_SOCKET gone or refused): the first of a run is one "
                                   "warning line, and one more when it is sent again",

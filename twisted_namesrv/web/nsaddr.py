@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from twisted.web import pages, resource, server
 
-from ..state.config import NamesrvConfig, split_advertised
+from ..state.config import NamesrvConfig, nsaddr_entries, split_advertised
 from ..state.hosts import host_port
 
 NSADDR = b"nsaddr"
@@ -33,7 +33,7 @@ class NsaddrResource(resource.Resource):
         self.listen_port = listen_port
 
     def answer(self, request: server.Request) -> str:
-        listed = str(self.config["nsaddrList"]).strip()
+        listed = ";".join(nsaddr_entries(str(self.config["nsaddrList"])))  # as checked: no white space around
         if listed:
             return listed
         advertised = str(self.config["advertisedAddress"]).strip()

@@ -19,6 +19,7 @@ from twisted.web import pages, resource, server
 from ..apart import NoRoom, Scrape
 from ..budget import FdBudget
 from ..context import NamesrvState
+from ..escapes import CONTROLS
 from ..observations import Observations
 from ..outages import HealthWatch
 from ..peers import PeersService
@@ -135,7 +136,8 @@ class StatusPage(resource.Resource):
 
     def render_GET(self, request: server.Request) -> bytes:
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
-        first = json.dumps({"api/overview": self.api.overview(), "api/events": self.api.events()}).encode()
+        first = json.dumps({"api/overview": self.api.overview(), "api/events": self.api.events(),
+                            "controls": CONTROLS.pattern}).encode()  # what the page shows as escapes
         # no "</script>" can end it early: "<" as \u003c (JSON reads it as "<")
         data = (first[:-1] + b', "api/clusters": ' + self.api.clusters_json() + b"}").replace(b"<", b"\\u003c")
         page = STATUS_PAGE.read_bytes()
