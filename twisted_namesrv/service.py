@@ -124,12 +124,13 @@ def store_directories(config: NamesrvConfig) -> list[Path]:
 
 
 def store_refusal(failures: Counter[tuple[str, str]],
-                  consequence: str = "the change is refused") -> Callable[[StoreError], None]:
+                  consequence: str = "the change is refused", quiet: bool = False) -> Callable[[StoreError], None]:
     """What a store's failed save does besides its answer: one log line saying what became of the
-    change, one count by (store, errno)."""
+    change (``quiet``: none, the caller says it), one count by (store, errno)."""
     def refused(error: StoreError) -> None:
         failures[error.what, error.errno_name] += 1
-        log.error("{error}; {consequence}", error=str(error), consequence=consequence)
+        if not quiet:
+            log.error("{error}; {consequence}", error=str(error), consequence=consequence)
 
     return refused
 
@@ -212,7 +213,10 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     applied_anyway = store_refusal(metrics.store_failures, "the change is applied in memory only, until the restart")
     config_file = FileWriter(clock, config["configStorePath"], "configStorePath")  # off the reactor thread, too
     config_saves = SavesOfNewest(saved_by(config_file, applied_anyway), lambda: java_utf8(config.stored_text()))
-    kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"])
+    # written again while its file is missing (a data directory removed, a disk full meanwhile): every
+    # failure counted, said once a spell by NamesrvService.check_data_dirs, not a line every 5 s
+    counted = store_refusal(metrics.store_failures, quiet=True)
+    kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"], saved_by(kv_file, counted))
     kv.load(kv_path)
     _say_what_was_read(config, kv, kv_path)
     steady = steady_seconds(clock)  # heartbeats, windows and counts: no clock step (clocks.py)
@@ -535,6 +539,7 @@ class NamesrvService(service.MultiService):
         self.web: Listener | None = None
         self.stopping = False
         self.data_lock: StoreLock | None = None  # the stores' directories, locked while serving
+        self.kv_unwritten_said = False  # the KV file's rewrite failing said (kv_written_again)
         self.counted: Counted | None = None  # this start in starts.json, until the clean stop's mark
         self.peers: PeersService | None = None
         if config["metricsPort"]:
@@ -659,27 +664,58 @@ class NamesrvService(service.MultiService):
 
     def check_data_dirs(self) -> None:
         """A store directory whose lock file is gone (data_lock.StoreLock.check: the directory removed,
-        moved or restored over while running): locked again, said once, counted as a store that could
-        not be kept (NamesrvStoreNotWritten), a page event, and every store there written again from
-        memory at once. Before, nothing said so: the KV store was written again only at its next change,
-        a restart meanwhile started with none, and a second server could lock the directory."""
+        moved or restored over while running): said once, counted as a store that could not be kept
+        (NamesrvStoreNotWritten), a page event; once locked again (at once, or at a later check when a
+        full disk refused it), every store there written again from memory.  Before, nothing said so:
+        the KV store was written again only at its next change, a restart meanwhile started with none,
+        and a second server could lock the directory.  Then the KV store, while its file does not hold
+        it (``kv_written_again``)."""
         if self.data_lock is None:
             return
-        for directory in self.data_lock.check():
+        checked = self.data_lock.check()
+        for directory in checked.lost:
             self.metrics.store_failures["dataDirectory", "removed"] += 1
+            when = "" if directory in checked.relocked else " as soon as it can be (tried every 5 s: a full disk)"
             text = (f"{directory} lost its lock file while the server ran (the directory removed, moved or "
-                    f"restored over): locked again, and the stores kept there written again from memory "
+                    f"restored over): locked again, and the stores kept there written again from memory{when} "
                     f"(the KV config, the route snapshot, the topology, the events; the starts' count at the "
                     f"clean stop); anything else that was there (namesrv.properties, the controller's log) "
                     f"is not: restore it from a backup")
             log.warn("{text}", text=text, directory=str(directory))
             self.seen.events.feed_event("data_dir_removed", {"reason": text})
+        kv_tried = False
+        for directory in checked.relocked:
+            if directory not in checked.lost:
+                log.info("{directory} locked again; the stores kept there written again from memory",
+                         directory=str(directory))
             if Path(self.config["kvConfigPath"]).parent == directory:
                 self.state.kv.write_again()
+                kv_tried = True
             for store, path in ((self.topology, topology_path(self.config)), (self.events, events_path(self.config)),
                                 (self.snapshots, Path(self.config["routeSnapshotPath"] or "."))):
                 if store is not None and path.parent == directory:
                     store.write_again()
+        self.kv_written_again(tried=kv_tried)
+
+    def kv_written_again(self, tried: bool = False) -> None:
+        """While the KV file does not hold the table (``KVConfigManager.unwritten``: its directory was
+        removed, and writing it again failed, a full disk) it is written again at every check, each
+        failure counted (``kvConfigPath``), one error line when it begins (``namesrv_kv_unwritten`` 1,
+        NamesrvKVUnwritten) and one when it is written: before, a failed rewrite was left so, and a
+        restart after the disk was freed started without the KV config.  ``tried``: written again
+        already in this check (its directory was just locked again)."""
+        kv, path = self.state.kv, str(self.config["kvConfigPath"])
+        if kv.unwritten is not None:
+            if not self.kv_unwritten_said:
+                self.kv_unwritten_said = True
+                log.error("KV config {path} is not on disk ({why}): a restart now starts without it; written "
+                          "again every {seconds:.0f} s until it can be (free space on its disk)",
+                          path=path, why=kv.unwritten, seconds=DATA_DIR_CHECK_SECONDS)
+            if not tried:
+                kv.write_again()  # done at once on a test's clock, else in a thread: its outcome read next time
+        if kv.unwritten is None and self.kv_unwritten_said:
+            self.kv_unwritten_said = False
+            log.info("KV config {path} written again", path=path)
 
     def _release_lock(self, undo: bool = False) -> None:
         if self.data_lock is not None:

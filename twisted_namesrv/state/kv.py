@@ -99,11 +99,18 @@ class _Outcome:
 
 
 class KVConfigManager:
-    def __init__(self, save: Save, limit: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, save: Save, limit: Callable[[], int] = lambda: 0, save_again: Save | None = None) -> None:
         """``save(data, saved)`` saves the whole table (``at_once`` makes one of a plain write);
-        ``limit()``: the most bytes its encoding may grow to (0: no limit)."""
+        ``limit()``: the most bytes its encoding may grow to (0: no limit); ``save_again``: how
+        ``write_again`` saves it (default ``save``: the service's counts its failures without a log
+        line each, since it is tried again every few seconds while the disk is full)."""
         self.configTable: Table = {}
         self._save = save
+        self._save_again = save_again or save
+        #: why the file is not known to hold the table as saved (its directory removed while running,
+        #: then a write of it failed: a full disk), None while it does: a restart now would start
+        #: without what it lacks.  ``write_again`` tries again; any whole write that succeeds clears it
+        self.unwritten: str | None = None
         self._limit = limit
         #: the encoded size of configTable as it was last saved (or loaded)
         self.size = len(self.encode())
@@ -186,6 +193,7 @@ class KVConfigManager:
         self._writing = None
         if error is None:
             self.configTable, self.size = batch.table, batch.size
+            self.unwritten = None
             self._done(batch, None)
             self._write_next()
             return
@@ -193,13 +201,15 @@ class KVConfigManager:
         if error.replaced:  # renamed in place, not durable: the saved table goes back first
             saved_table = self.configTable
             self._writing = _Batch(saved_table, self.size)
-            self._save(lambda: self.encode(saved_table), lambda _: self._restored())
+            self._save(lambda: self.encode(saved_table), self._restored)
         # told last: a caller may change the table again at once (a pipelining peer's next put)
         self._done(batch, error, changed=False)
         if failed is not None:
             self._done(failed, error, changed=False)
 
-    def _restored(self) -> None:
+    def _restored(self, error: StoreError | None) -> None:
+        """The saved table's write (put back, or written again) is over: the file holds it, or not."""
+        self.unwritten = None if error is None else str(error)
         self._writing = None
         self._write_next()
 
@@ -211,14 +221,17 @@ class KVConfigManager:
         for saved in batch.waiting:
             saved(error)
 
-    def write_again(self) -> None:
-        """The file is gone (its data directory removed while running): the table written again as
-        saved, unless a write is in flight or staged (that one writes it).  Else a restart would start
-        with no KV config at all, every value acknowledged before lost."""
+    def write_again(self, why: str = "its file was removed") -> None:
+        """The file is gone (its data directory removed while running), or its last rewrite failed
+        (``unwritten``): the table written again as saved, unless a write is in flight or staged
+        (that one writes it; if it fails, the next call tries again).  Else a restart would start with
+        no KV config at all, every value acknowledged before lost."""
+        if self.unwritten is None:
+            self.unwritten = why
         if self._writing is not None or self._next is not None:
             return
         table = self._writing = _Batch(self.configTable, self.size)
-        self._save(lambda: self.encode(table.table), lambda _: self._restored())
+        self._save_again(lambda: self.encode(table.table), self._restored)
 
     def put(self, namespace: str, key: str, value: str | None, saved: Saved | None = None) -> None:
         """A null value is dropped, as fastjson drops null map values when persisting."""
