@@ -724,6 +724,7 @@ class NamesrvService(service.MultiService):
 
     def startService(self) -> None:
         tune_gc()
+        heap.fix_mmap_threshold()  # peers' big frames mapped on their own, unmapped when freed (heap.py)
         unbound = sum(listener.port is None for listener in self.listeners())
         warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve,
                                    (count_open_fds() or 0) + unbound + self.fds.headroom)
