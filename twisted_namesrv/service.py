@@ -28,7 +28,9 @@ from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
 from .budget import (
     HTTP_HEADROOM,
+    LIMIT_CHECK_SECONDS,
     FdBudget,
+    LimitWatch,
     MemoryBudget,
     count_open_fds,
     default_budget,
@@ -251,6 +253,11 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady,
                    HTTP_HEADROOM if config["metricsPort"] else 0)
     return Owners(state, seen, fds)
+
+
+def said(level: str, text: str) -> None:
+    """One log line at ``level`` (``info``, ``warn``) for an owner that tells rather than logs."""
+    getattr(log, level)("{text}", text=text)
 
 
 def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
@@ -513,6 +520,10 @@ class NamesrvService(service.MultiService):
             ClockedTimerService(heap.TICK_SECONDS, self.heap_trim.tick, reactor).setServiceParent(self)
         else:
             self.heap_trim = None
+        # the memory limit read again (a container resized in place): the default budget follows it
+        self.memory_limit = LimitWatch(self.state.budget, config["frameMaxLength"], not config["receiveMemoryBudget"],
+                                       machine_limit, resident_bytes, said)
+        ClockedTimerService(LIMIT_CHECK_SECONDS, self.memory_limit.tick, reactor).setServiceParent(self)
         # a data directory removed while running (rm -rf, a restore over it): locked again, its stores rewritten
         ClockedTimerService(DATA_DIR_CHECK_SECONDS, self.check_data_dirs, reactor).setServiceParent(self)
         # systemd's WatchdogSec: a hung reactor is restarted
