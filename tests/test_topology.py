@@ -791,3 +791,47 @@ def test_a_host_s_bound_counts_an_ipv6_host_by_its_64_and_no_loopback_or_restore
         seen(None, f"restored-{j}")
     assert topology.refused == 1 and dict(topology.refused_hosts) == {"2001:db8::/64": 1}
     assert ("c", "v6-2") not in topology.groups and len(topology.groups) == 2 + 9
+
+
+def clean_stop_said(logged) -> list[str]:
+    return [formatEvent(e) for e in logged if "stopped cleanly" in formatEvent(e) or "no broker left" in
+            formatEvent(e)]
+
+
+def test_a_group_and_a_whole_cluster_stopped_cleanly_are_each_said_in_a_line(tmp_path):
+    """Each broker's "broker unregistered" line was all: whether a group, or a whole cluster, was gone had
+    to be worked out from them. Now the unregistration that empties a group says so, and the one that
+    empties its cluster too, once each, as warnings; the members before it say nothing more."""
+    served = Served(tmp_path)
+    clusters_ab(served)
+    slave = "10.0.2.3:10911"
+    proto, transport = served.connect()
+    register(proto, transport, slave, "broker-b1", extra={"clusterName": "cB", "brokerId": "1"})
+    with capturedLogs() as logged:
+        ask(served, RequestCode.UNREGISTER_BROKER, {"clusterName": "cB", "brokerAddr": slave,
+                                                    "brokerName": "broker-b1", "brokerId": "1"}, account=None)
+        assert clean_stop_said(logged) == []  # its master is up: not the group's last
+        stop_cleanly(served, B1, "broker-b1", "cB")
+        said = clean_stop_said(logged)
+        assert said == [f"broker group cB/broker-b1 stopped cleanly: its last member ({B1}, id 0) unregistered; "
+                        f"its queues are out of the routes until it starts again (removed on purpose: "
+                        f"namesrv-admin retireBrokerGroup -c cB -b broker-b1)"]
+        stop_cleanly(served, B2, "broker-b2", "cB")
+    said = clean_stop_said(logged)[1:]
+    assert said[0].startswith("broker group cB/broker-b2 stopped cleanly")
+    assert said[1] == ("cluster cB stopped cleanly: the last member of each of its 2 broker group(s) unregistered; "
+                       "nothing can be sent to its topics until its brokers start again, and nothing crashed")
+    assert len(said) == 2
+    assert {e["log_level"].name for e in logged if "stopped cleanly" in formatEvent(e)} == {"warn"}
+
+
+def test_a_cluster_whose_other_groups_crashed_is_not_said_stopped_cleanly(tmp_path):
+    served = Served(tmp_path)
+    connections = clusters_ab(served)
+    connections["broker-b2"][1].loseConnection()  # killed: its connection closed without unregistering
+    served.clock.advance(1)
+    with capturedLogs() as logged:
+        stop_cleanly(served, B1, "broker-b1", "cB")
+    said = clean_stop_said(logged)
+    assert said[1] == ("cluster cB has no broker left: its last broker group stopped cleanly, but 1 of its groups "
+                       "left without unregistering before: broker-b2 (closed)")

@@ -53,11 +53,11 @@ from .events import RecentEvents
 from .file_writer import FileWriter
 from .flapping import FLAP_TICK_SECONDS, FlapWatch
 from .hangup import stop_on_hangup
-from .housekeeping import HousekeepingService, log_flapping, log_route_event
+from .housekeeping import HousekeepingService, log_clean_stop, log_flapping, log_route_event
 from .lost_topics import DEPARTURES, LostTopics
 from .metrics import Metrics
 from .observations import Observations
-from .outages import HealthWatch, RouteHealth
+from .outages import CLEAN_STOP, HealthWatch, RouteHealth
 from .processor import waiting_for_service
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
@@ -247,7 +247,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     config.subscribe(answers.config_changed)
     # route events, each once its change is complete
     routes.listen_lost(lost.departed)
-    routes.listen(told_unless_flapping(flaps, events, topology))
+    routes.listen(told_unless_flapping(flaps, events, topology, routes))
     for heard in (metrics.route_event, departed.route_event, topology.heard):
         routes.listen(heard)
     fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady,
@@ -260,12 +260,15 @@ def said(level: str, text: str) -> None:
     getattr(log, level)("{text}", text=text)
 
 
-def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
-                         topology: Topology | None = None) -> Callable[[str, dict], None]:
+def told_unless_flapping(flaps: FlapWatch, events: RecentEvents, topology: Topology | None = None,
+                         routes: RouteInfoManager | None = None) -> Callable[[str, dict], None]:
     """The route events' log line and page event, unless the broker flaps (flapping.py): then they
     are summarised, its start and end one page event each; every one is counted all the same.
     ``topology.origin``: the peer whose request is being applied, the host a page event counts
-    against (events.py: EVENTS_PER_HOST; read as an attribute: every registration's path)."""
+    against (events.py: EVENTS_PER_HOST; read as an attribute: every registration's path).  An
+    unregistration that emptied its group (or cluster) says so in a line of its own
+    (housekeeping.log_clean_stop, read from ``routes``): in this listener, no call more for the
+    registrations."""
     flapping = flaps.now_flapping
 
     def told(kind: str, info: dict) -> None:
@@ -275,6 +278,8 @@ def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
         log_route_event(kind, info)
         events.route_event(kind, info, None if topology is None else topology.origin)
         if kind in DEPARTURES:  # may make it flapping: the warning after the departure's line
+            if kind == CLEAN_STOP and routes is not None:
+                log_clean_stop(info, routes, topology)
             flaps.heard(kind, info)
     return told
 
