@@ -30,7 +30,9 @@ MiB = 1024 * 1024
 AUTO_MAX = 256 * MiB
 #: what peers' unfinished frames cost in resident memory at most, for each byte of them the budget counts
 #: (their buffers grown as the bytes come: tools/memory_peak.py's stall under a 400 MiB cgroup took a
-#: server of 56 MiB at rest to 120 MiB within a 32 MiB budget, to 151 MiB within 64 MiB)
+#: server of 56 MiB at rest to 120 MiB within a 32 MiB budget, to 151 MiB within 64 MiB).  On glibc with
+#: the mmap threshold fixed (heap.fix_mmap_threshold) the same stall peaked at 87 MiB, about one byte a
+#: byte; two are kept for the C libraries that keep freed buffers (musl) and as the start's margin
 RESIDENT_PER_BUDGET_BYTE = 2
 #: where the cgroup hierarchies are mounted, and which cgroup of each this process is in
 CGROUP_ROOT, PROC_SELF_CGROUP = Path("/sys/fs/cgroup"), Path("/proc/self/cgroup")
