@@ -835,3 +835,28 @@ def test_a_cluster_whose_other_groups_crashed_is_not_said_stopped_cleanly(tmp_pa
     said = clean_stop_said(logged)
     assert said[1] == ("cluster cB has no broker left: its last broker group stopped cleanly, but 1 of its groups "
                        "left without unregistering before: broker-b2 (closed)")
+
+
+def test_a_member_killed_while_its_master_serves_on_is_counted_absent_until_back_or_retired(tmp_path):
+    """A slave killed -9: its group keeps a live master, so neither the group alerts nor any gauge said a
+    member was missing once its departure left the 10 minutes' list. namesrv_broker_group_members_absent
+    counts the remembered members the routes do not hold, until it comes back or is retired."""
+    served = Served(tmp_path)
+    connections = clusters_ab(served)
+    slave = "10.0.2.3:10911"
+    proto, transport = served.connect()
+    register(proto, transport, slave, "broker-b1", extra={"clusterName": "cB", "brokerId": "1"})
+    assert value(served.scrape(), "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b1") == 0
+    transport.loseConnection()  # killed: no unregistration
+    served.clock.advance(DEPARTED_KEEP_SECONDS + 60)
+    for name, addr, cluster in (("broker-a", MASTER, "c1"), ("broker-b1", B1, "cB"), ("broker-b2", B2, "cB")):
+        register(*connections[name], addr, name, extra={"clusterName": cluster})  # heartbeats on
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b1") == 1
+    assert value(samples, "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b2") == 0
+    assert value(samples, "namesrv_broker_group_master_live", cluster="cB", broker="broker-b1") == 1
+    answer, _ = retire(served, "cB", "broker-b1", "1")
+    assert answer.code == ResponseCode.SUCCESS
+    assert value(served.scrape(), "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b1") == 0
+    stop_cleanly(served, B2, "broker-b2", "cB")  # an absent group: every member
+    assert value(served.scrape(), "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b2") == 1

@@ -174,6 +174,12 @@ class NamesrvCollector(Collector):
         master_stopped = GaugeMetricFamily("namesrv_broker_group_master_stopped_cleanly", "1 while a broker group "
                                            "has no live master because its master unregistered (a clean stop) and a "
                                            "slave is up, else 0", labels=["cluster", "broker"])
+        members_absent = GaugeMetricFamily("namesrv_broker_group_members_absent", "Members of the broker group "
+                                           "this NameServer has seen (a broker id at its last address) that are not in "
+                                           "the routes now: a slave killed while its master serves on; every member "
+                                           "of an absent group (until it registers again, or an operator retires the "
+                                           "member: namesrv-admin retireBrokerGroup -b NAME -i ID)",
+                                           labels=["cluster", "broker"])
         groups = health.groups  # made for this read, never changed: its series are made in the thread
 
         def by_group() -> Iterator[Metric]:
@@ -184,11 +190,13 @@ class NamesrvCollector(Collector):
                 rejoining.add_metric(labels, 1 if group.rejoining else 0)
                 stopped.add_metric(labels, 1 if group.stopped_cleanly else 0)
                 master_stopped.add_metric(labels, 1 if group.master_stopped_cleanly else 0)
+                members_absent.add_metric(labels, group.members_absent)
             yield master
             yield absent
             yield rejoining
             yield stopped
             yield master_stopped
+            yield members_absent
         yield Later(by_group)
         yield GaugeMetricFamily("namesrv_rejoin_window_seconds_left", "Seconds left of the restart's window for "
                                 "brokers to register again (readinessBrokerWait from the start; 0 once over)",
