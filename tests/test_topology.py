@@ -860,3 +860,17 @@ def test_a_member_killed_while_its_master_serves_on_is_counted_absent_until_back
     assert value(served.scrape(), "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b1") == 0
     stop_cleanly(served, B2, "broker-b2", "cB")  # an absent group: every member
     assert value(served.scrape(), "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b2") == 1
+
+
+def test_the_overview_counts_a_cluster_stopped_cleanly_as_that_not_as_groups_without_master(tmp_path):
+    """/api/overview's outage counts took a whole cluster stopped cleanly for two groups without a
+    master and a cluster with nothing writable, where the page and the alert rules say "stopped
+    cleanly" as a warning. Now they count outages only, and say the clean stop apart."""
+    served = Served(tmp_path)
+    clusters_ab(served)
+    stop_cleanly(served, B1, "broker-b1", "cB")
+    stop_cleanly(served, B2, "broker-b2", "cB")
+    overview = served.api.overview()
+    assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (0, 0)
+    assert (overview["broker_groups_stopped_cleanly"], overview["clusters_stopped_cleanly"]) == (2, 1)
+    assert value(served.scrape(), "namesrv_broker_groups_without_master") == 2  # the gauge: every one, as before

@@ -118,6 +118,24 @@ class RouteHealth:
         return [cluster for cluster, count in self.writable_groups.items() if count == 0]
 
     @property
+    def masterless_outages(self) -> list[GroupHealth]:
+        """Groups without a live master that are an outage: neither stopped cleanly (the group, or its
+        master with a slave up: a shutdown on purpose) nor rejoining after this NameServer's restart."""
+        return [group for group in self.without_master
+                if not (group.rejoining or group.stopped_cleanly or group.master_stopped_cleanly)]
+
+    @property
+    def stopped_cleanly(self) -> list[GroupHealth]:
+        """Groups without a live master because they (or their master) stopped cleanly."""
+        return [group for group in self.groups if group.stopped_cleanly or group.master_stopped_cleanly]
+
+    @property
+    def clusters_not_writable_outages(self) -> list[str]:
+        """Clusters nothing can be written to that are an outage: not stopped cleanly, not rejoining."""
+        calm = set(self.clusters_stopped_cleanly) | set(self.rejoining_clusters)
+        return [cluster for cluster in self.clusters_without_writable_queues if cluster not in calm]
+
+    @property
     def clusters_stopped_cleanly(self) -> list[str]:
         """Clusters every known group of which stopped cleanly (a whole cluster shut down on
         purpose, as ``mqshutdown broker`` on each host does): nothing can be written to it, and
