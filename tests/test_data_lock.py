@@ -303,7 +303,7 @@ def test_a_data_dir_removed_on_a_full_disk_has_its_kv_written_once_space_is_free
                 for _ in range(3):
                     service.check_data_dirs()
             assert not (data / "kvConfig.json").exists()
-            assert service.state.kv.unwritten is not None
+            assert service.state.kv.missing and "No space left on device" in service.state.kv.unwritten
             assert failures["dataDirectory", "removed"] == 1
             assert failures["kvConfigPath", "ENOSPC"] == 3  # every try counted
             said = [e["log_format"].format(**e) for e in logged]
@@ -314,7 +314,7 @@ def test_a_data_dir_removed_on_a_full_disk_has_its_kv_written_once_space_is_free
         with capturedLogs() as logged:
             service.check_data_dirs()
         assert (data / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k1":"v1"}}}'
-        assert service.state.kv.unwritten is None and unwritten(service) == 0
+        assert not service.state.kv.missing and service.state.kv.unwritten is None and unwritten(service) == 0
         assert [e for e in logged if "written again" in e["log_format"]]
         with capturedLogs() as logged:
             service.check_data_dirs()

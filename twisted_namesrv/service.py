@@ -714,22 +714,21 @@ class NamesrvService(service.MultiService):
         self.kv_written_again(tried=kv_tried)
 
     def kv_written_again(self, tried: bool = False) -> None:
-        """While the KV file does not hold the table (``KVConfigManager.unwritten``: its directory was
-        removed, and writing it again failed, a full disk) it is written again at every check, each
-        failure counted (``kvConfigPath``), one error line when it begins (``namesrv_kv_unwritten`` 1,
-        NamesrvKVUnwritten) and one when it is written: before, a failed rewrite was left so, and a
-        restart after the disk was freed started without the KV config.  ``tried``: written again
+        """While the KV file does not hold the table (``KVConfigManager.missing``: its directory was
+        removed) it is written again at every check, each failure counted (``kvConfigPath``), one
+        error line once a write failed (a full disk: ``unwritten``; ``namesrv_kv_unwritten`` 1 while
+        missing, NamesrvKVUnwritten) and one when it is written: before, a failed rewrite was left so,
+        and a restart after the disk was freed started without the KV config.  ``tried``: written again
         already in this check (its directory was just locked again)."""
         kv, path = self.state.kv, str(self.config["kvConfigPath"])
-        if kv.unwritten is not None:
-            if not self.kv_unwritten_said:
-                self.kv_unwritten_said = True
-                log.error("KV config {path} is not on disk ({why}): a restart now starts without it; written "
-                          "again every {seconds:.0f} s until it can be (free space on its disk)",
-                          path=path, why=kv.unwritten, seconds=DATA_DIR_CHECK_SECONDS)
-            if not tried:
-                kv.write_again()  # done at once on a test's clock, else in a thread: its outcome read next time
-        if kv.unwritten is None and self.kv_unwritten_said:
+        if kv.missing and not tried:
+            kv.write_again()  # done at once on a test's clock, else in a thread: its outcome read next time
+        if kv.unwritten is not None and not self.kv_unwritten_said:
+            self.kv_unwritten_said = True
+            log.error("KV config {path} is not on disk ({why}): a restart now starts without it; written "
+                      "again every {seconds:.0f} s until it can be (free space on its disk)",
+                      path=path, why=kv.unwritten, seconds=DATA_DIR_CHECK_SECONDS)
+        if not kv.missing and self.kv_unwritten_said:
             self.kv_unwritten_said = False
             log.info("KV config {path} written again", path=path)
 

@@ -107,9 +107,10 @@ class KVConfigManager:
         self.configTable: Table = {}
         self._save = save
         self._save_again = save_again or save
-        #: why the file is not known to hold the table as saved (its directory removed while running,
-        #: then a write of it failed: a full disk), None while it does: a restart now would start
-        #: without what it lacks.  ``write_again`` tries again; any whole write that succeeds clears it
+        #: the file is not known to hold the table as saved (its directory removed while running:
+        #: ``write_again``) until a write of the whole table succeeds; a restart now would start without it
+        self.missing = False
+        #: why the last write while ``missing`` failed (a full disk), None when none did
         self.unwritten: str | None = None
         self._limit = limit
         #: the encoded size of configTable as it was last saved (or loaded)
@@ -193,11 +194,13 @@ class KVConfigManager:
         self._writing = None
         if error is None:
             self.configTable, self.size = batch.table, batch.size
-            self.unwritten = None
+            self.missing, self.unwritten = False, None
             self._done(batch, None)
             self._write_next()
             return
         failed, self._next = self._next, None
+        if self.missing:  # the file was gone before this write: still gone
+            self.unwritten = str(error)
         if error.replaced:  # renamed in place, not durable: the saved table goes back first
             saved_table = self.configTable
             self._writing = _Batch(saved_table, self.size)
@@ -209,7 +212,10 @@ class KVConfigManager:
 
     def _restored(self, error: StoreError | None) -> None:
         """The saved table's write (put back, or written again) is over: the file holds it, or not."""
-        self.unwritten = None if error is None else str(error)
+        if error is None:
+            self.missing, self.unwritten = False, None
+        else:
+            self.missing, self.unwritten = True, str(error)
         self._writing = None
         self._write_next()
 
@@ -221,13 +227,12 @@ class KVConfigManager:
         for saved in batch.waiting:
             saved(error)
 
-    def write_again(self, why: str = "its file was removed") -> None:
+    def write_again(self) -> None:
         """The file is gone (its data directory removed while running), or its last rewrite failed
-        (``unwritten``): the table written again as saved, unless a write is in flight or staged
+        (``missing``): the table written again as saved, unless a write is in flight or staged
         (that one writes it; if it fails, the next call tries again).  Else a restart would start with
         no KV config at all, every value acknowledged before lost."""
-        if self.unwritten is None:
-            self.unwritten = why
+        self.missing = True
         if self._writing is not None or self._next is not None:
             return
         table = self._writing = _Batch(self.configTable, self.size)

@@ -298,9 +298,9 @@ class NamesrvCollector(Collector):
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=self.state.kv.entries())
         yield GaugeMetricFamily("namesrv_kv_unwritten", "1 while the KV config's file does not hold the table "
-                                "the server serves (its data directory was removed while running and writing it "
-                                "again failed: a full disk), tried again every 5 s: a restart now starts "
-                                "without it", value=1 if self.state.kv.unwritten is not None else 0)
+                                "the server serves (its data directory was removed while running), until it is "
+                                "written again (tried every 5 s; a full disk holds it at 1): a restart now starts "
+                                "without it", value=1 if self.state.kv.missing else 0)
         yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
                         "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
                         "(configStorePath) is applied in memory only, until the restart, as Java's; the topology "
