@@ -349,3 +349,40 @@ def test_a_directory_that_cannot_be_locked_again_is_tried_at_every_check(tmp_pat
         assert lock.pending == set() and data in lock.held
     finally:
         lock.release()
+
+
+def test_a_directory_another_server_locked_meanwhile_gets_no_kv_written_until_it_is_ours_again(
+        tmp_path: Path) -> None:
+    """rm -rf of the data directory, and a second server started on it before the next check: this one
+    cannot lock it again, says so once, and writes no KV config over the other's, the KV missing from
+    disk meanwhile; once the other stops, the next check locks it and writes it."""
+    import shutil
+
+    from twisted.internet import task
+
+    from tests.support import server_config
+    from twisted_namesrv.service import NamesrvService, store_directories
+
+    data = tmp_path / "data"
+    config = server_config(data)
+    service = NamesrvService.from_config(config, reactor=task.Clock())
+    service.data_lock = lock_stores(store_directories(config))
+    service.state.kv.put("ns", "k1", "v1")
+    shutil.rmtree(data)
+    other = holder(data)
+    try:
+        with capturedLogs() as logged:
+            service.check_data_dirs()
+            service.check_data_dirs()
+        assert service.data_lock.pending == {data} and not (data / "kvConfig.json").exists()
+        assert service.state.kv.missing and unwritten(service) == 1
+        said = [e["log_format"].format(**e) for e in logged]
+        assert len([line for line in said if "is locked by another NameServer" in line]) == 1, said
+    finally:
+        other.kill()
+        other.wait()
+    service.check_data_dirs()
+    assert service.data_lock.pending == set() and data in service.data_lock.held
+    assert (data / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k1":"v1"}}}'
+    assert not service.state.kv.missing
+    service.data_lock.release()

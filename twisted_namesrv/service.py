@@ -699,29 +699,28 @@ class NamesrvService(service.MultiService):
                     f"is not: restore it from a backup")
             log.warn("{text}", text=text, directory=str(directory))
             self.seen.events.feed_event("data_dir_removed", {"reason": text})
-        kv_tried = False
+            if Path(self.config["kvConfigPath"]).parent == directory:
+                self.state.kv.file_lost()  # written below once its directory is locked again
         for directory in checked.relocked:
             if directory not in checked.lost:
                 log.info("{directory} locked again; the stores kept there written again from memory",
                          directory=str(directory))
-            if Path(self.config["kvConfigPath"]).parent == directory:
-                self.state.kv.write_again()
-                kv_tried = True
             for store, path in ((self.topology, topology_path(self.config)), (self.events, events_path(self.config)),
                                 (self.snapshots, Path(self.config["routeSnapshotPath"] or "."))):
                 if store is not None and path.parent == directory:
                     store.write_again()
-        self.kv_written_again(tried=kv_tried)
+        self.kv_written_again(self.data_lock.pending)
 
-    def kv_written_again(self, tried: bool = False) -> None:
+    def kv_written_again(self, pending: set[Path]) -> None:
         """While the KV file does not hold the table (``KVConfigManager.missing``: its directory was
-        removed) it is written again at every check, each failure counted (``kvConfigPath``), one
-        error line once a write failed (a full disk: ``unwritten``; ``namesrv_kv_unwritten`` 1 while
-        missing, NamesrvKVUnwritten) and one when it is written: before, a failed rewrite was left so,
-        and a restart after the disk was freed started without the KV config.  ``tried``: written again
-        already in this check (its directory was just locked again)."""
+        removed) it is written again at every check its directory is locked at (not ``pending``: never
+        into a directory another server may have locked meanwhile), each failure counted
+        (``kvConfigPath``), one error line once a write failed (a full disk: ``unwritten``;
+        ``namesrv_kv_unwritten`` 1 while missing, NamesrvKVUnwritten) and one when it is written:
+        before, a failed rewrite was left so, and a restart after the disk was freed started without
+        the KV config."""
         kv, path = self.state.kv, str(self.config["kvConfigPath"])
-        if kv.missing and not tried:
+        if kv.missing and Path(path).parent not in pending:
             kv.write_again()  # done at once on a test's clock, else in a thread: its outcome read next time
         if kv.unwritten is not None and not self.kv_unwritten_said:
             self.kv_unwritten_said = True

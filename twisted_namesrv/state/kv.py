@@ -227,6 +227,11 @@ class KVConfigManager:
         for saved in batch.waiting:
             saved(error)
 
+    def file_lost(self) -> None:
+        """The file is gone (its data directory removed while running): ``missing`` until written again
+        (``write_again``, once the directory is the server's again)."""
+        self.missing = True
+
     def write_again(self) -> None:
         """The file is gone (its data directory removed while running), or its last rewrite failed
         (``missing``): the table written again as saved, unless a write is in flight or staged
