@@ -386,3 +386,12 @@ def test_a_directory_another_server_locked_meanwhile_gets_no_kv_written_until_it
     assert (data / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k1":"v1"}}}'
     assert not service.state.kv.missing
     service.data_lock.release()
+
+
+def test_the_removed_data_dirs_count_is_served_at_zero_from_the_first_scrape(tmp_path: Path) -> None:
+    """Born at its first count, the series was read by increase() as no increase at all: NamesrvStoreNotWritten
+    did not fire for a data directory removed (seen with Prometheus and the shipped rules)."""
+    from tests.web.test_metrics_and_api import Served, value
+
+    samples = Served(tmp_path).scrape()
+    assert value(samples, "namesrv_store_write_failures_total", store="dataDirectory", error="removed") == 0

@@ -27,6 +27,9 @@ from ..server import PUSH_RESULTS, RemotingFactory
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
 STORES = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath", "starts", "routeSnapshotPath")
 STORE_ERRORS = ("ENOSPC", "EMFILE", "EIO", "EROFS")
+#: ... and the data directory removed while running (NamesrvService.check_data_dirs): born at its first
+#: count, the series read by increase() as no increase at all, and NamesrvStoreNotWritten never fired for it
+DATA_DIR_REMOVED = ("dataDirectory", "removed")
 #: ... and namesrv_log_lines_lost: a full disk, a failing one, a read-only one or no descriptor left when a
 #: rotation reopens the file, a stdout pipe whose reader left or is too slow (a non-blocking pipe), no stdout
 #: at all; a series born at its first loss would be read by increase() as no loss at all
@@ -306,7 +309,7 @@ class NamesrvCollector(Collector):
                         "(configStorePath) is applied in memory only, until the restart, as Java's; the topology "
                         "(topologyPath), the page's events (eventsPath) and the route snapshot (routeSnapshotPath) are "
                         "written again at their next tick; the starts' count (starts) at the next start or stop",
-                        "error", self.metrics.store_failures, STORES, STORE_ERRORS)
+                        "error", self.metrics.store_failures, STORES, STORE_ERRORS, (DATA_DIR_REMOVED,))
         lost = CounterMetricFamily("namesrv_log_lines_lost", "Log lines not written because the log's file or "
                                    "stdout refused them (a full disk: ENOSPC), by error; once it can be written "
                                    "again, one warning line in the log gives their number and when",
@@ -385,10 +388,12 @@ class NamesrvCollector(Collector):
 
 
 def _by_store(name: str, documentation: str, label: str, counts: Counter[tuple[str, str]],
-              stores: tuple[str, ...], values: tuple[str, ...]) -> Metric:
-    """A counter by (store, ``label``), every pair of ``stores`` x ``values`` served from the start."""
+              stores: tuple[str, ...], values: tuple[str, ...],
+              also: tuple[tuple[str, str], ...] = ()) -> Metric:
+    """A counter by (store, ``label``), every pair of ``stores`` x ``values`` and of ``also`` served from
+    the start."""
     family = CounterMetricFamily(name, documentation, labels=["store", label])
-    for store, value in sorted(set(counts) | {(s, v) for s in stores for v in values}):
+    for store, value in sorted(set(counts) | {(s, v) for s in stores for v in values} | set(also)):
         family.add_metric([store, value], counts[store, value])
     return family
 
