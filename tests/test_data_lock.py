@@ -275,3 +275,123 @@ def test_a_data_dir_removed_while_running_is_locked_again_and_its_stores_written
     service.check_data_dirs()  # once
     assert service.metrics.store_failures["dataDirectory", "removed"] == 1
     service.data_lock.release()
+
+
+def test_a_data_dir_removed_on_a_full_disk_has_its_kv_written_once_space_is_freed(tmp_path: Path) -> None:
+    """rm -rf of the data directory while its disk is full: the KV store's rewrite failed and was left
+    so, and a restart after the disk was freed started with no KV config. Now the file is written again
+    at every check until it can be, each failure counted, one error line at the start of the spell
+    and one line once written; namesrv_kv_unwritten says so meanwhile."""
+    import shutil
+
+    from twisted.internet import task
+
+    from tests.hostile.faults import disk_full, tiny_tmpfs
+    from tests.support import server_config
+    from twisted_namesrv.service import NamesrvService, store_directories
+
+    with tiny_tmpfs(tmp_path / "mnt") as mnt:
+        data = mnt / "data"
+        config = server_config(data)
+        service = NamesrvService.from_config(config, reactor=task.Clock())
+        service.data_lock = lock_stores(store_directories(config))
+        service.state.kv.put("ns", "k1", "v1")
+        failures = service.metrics.store_failures
+        shutil.rmtree(data)
+        with disk_full(mnt):
+            with capturedLogs() as logged:
+                for _ in range(3):
+                    service.check_data_dirs()
+            assert not (data / "kvConfig.json").exists()
+            assert service.state.kv.missing and "No space left on device" in service.state.kv.unwritten
+            assert failures["dataDirectory", "removed"] == 1
+            assert failures["kvConfigPath", "ENOSPC"] == 3  # every try counted
+            said = [e["log_format"].format(**e) for e in logged]
+            assert len([line for line in said if "is not on disk" in line]) == 1, said  # once a spell
+            assert not [line for line in said if "the change is refused" in line], said  # no change was
+            assert service.state.kv.get("ns", "k1") == "v1"  # still served
+            assert unwritten(service) == 1
+        with capturedLogs() as logged:
+            service.check_data_dirs()
+        assert (data / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k1":"v1"}}}'
+        assert not service.state.kv.missing and service.state.kv.unwritten is None and unwritten(service) == 0
+        assert [e for e in logged if "written again" in e["log_format"]]
+        with capturedLogs() as logged:
+            service.check_data_dirs()
+        assert failures["kvConfigPath", "ENOSPC"] == 3 and not logged  # nothing more to do
+        service.data_lock.release()
+
+
+def unwritten(service) -> float:
+    """namesrv_kv_unwritten as /metrics serves it."""
+    from twisted_namesrv.web.collector import NamesrvCollector
+
+    collector = NamesrvCollector(service.state, service.factory, service.seen, service.health)
+    return next(family.samples[0].value for family in collector._kv() if family.name == "namesrv_kv_unwritten")
+
+
+def test_a_directory_that_cannot_be_locked_again_is_tried_at_every_check(tmp_path: Path) -> None:
+    """A lost directory whose lock file cannot be made now (here: a file where the directory was) is
+    kept pending, said once, and locked again at the first check that can."""
+    data = tmp_path / "data"
+    lock = lock_stores([data])
+    try:
+        (data / LOCK_FILE).unlink()
+        data.rmdir()
+        data.write_bytes(b"in the way")
+        with capturedLogs() as logged:
+            first, second = lock.check(), lock.check()
+        assert first.lost == [data] and first.relocked == [] and second == ([], [])
+        assert lock.pending == {data} and len([e for e in logged if "is not locked" in e["log_format"]]) == 1
+        data.unlink()
+        third = lock.check()
+        assert third.lost == [] and third.relocked == [data] and (data / LOCK_FILE).exists()
+        assert lock.pending == set() and data in lock.held
+    finally:
+        lock.release()
+
+
+def test_a_directory_another_server_locked_meanwhile_gets_no_kv_written_until_it_is_ours_again(
+        tmp_path: Path) -> None:
+    """rm -rf of the data directory, and a second server started on it before the next check: this one
+    cannot lock it again, says so once, and writes no KV config over the other's, the KV missing from
+    disk meanwhile; once the other stops, the next check locks it and writes it."""
+    import shutil
+
+    from twisted.internet import task
+
+    from tests.support import server_config
+    from twisted_namesrv.service import NamesrvService, store_directories
+
+    data = tmp_path / "data"
+    config = server_config(data)
+    service = NamesrvService.from_config(config, reactor=task.Clock())
+    service.data_lock = lock_stores(store_directories(config))
+    service.state.kv.put("ns", "k1", "v1")
+    shutil.rmtree(data)
+    other = holder(data)
+    try:
+        with capturedLogs() as logged:
+            service.check_data_dirs()
+            service.check_data_dirs()
+        assert service.data_lock.pending == {data} and not (data / "kvConfig.json").exists()
+        assert service.state.kv.missing and unwritten(service) == 1
+        said = [e["log_format"].format(**e) for e in logged]
+        assert len([line for line in said if "is locked by another NameServer" in line]) == 1, said
+    finally:
+        other.kill()
+        other.wait()
+    service.check_data_dirs()
+    assert service.data_lock.pending == set() and data in service.data_lock.held
+    assert (data / "kvConfig.json").read_text() == '{"configTable":{"ns":{"k1":"v1"}}}'
+    assert not service.state.kv.missing
+    service.data_lock.release()
+
+
+def test_the_removed_data_dirs_count_is_served_at_zero_from_the_first_scrape(tmp_path: Path) -> None:
+    """Born at its first count, the series was read by increase() as no increase at all: NamesrvStoreNotWritten
+    did not fire for a data directory removed (seen with Prometheus and the shipped rules)."""
+    from tests.web.test_metrics_and_api import Served, value
+
+    samples = Served(tmp_path).scrape()
+    assert value(samples, "namesrv_store_write_failures_total", store="dataDirectory", error="removed") == 0

@@ -85,3 +85,45 @@ def test_the_server_trims_on_its_timer(tmp_path: Path) -> None:
     assert service.heap_trim is not None
     timers = [s for s in service if getattr(s, "call", (None,))[0] == service.heap_trim.tick]
     assert [t.step for t in timers] == [heap.TICK_SECONDS]
+
+
+#: a process that frees a big mapped block (glibc's threshold rises to its size), then allocates 16
+#: blocks of 2 MiB (a peer's frame buffer each) under one of 600 KiB that stays, frees them, and prints
+#: how much of them its RSS still holds; ``fixed``: heap.fix_mmap_threshold first
+RETAINED = """
+import os, sys
+from twisted_namesrv import heap
+if sys.argv[1] == "fixed":
+    assert heap.fix_mmap_threshold()
+def rss():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+big = bytearray(8 << 20)
+del big
+before = rss()
+blocks = [bytearray(2 << 20) for _ in range(16)]
+stays = bytearray(600 << 10)
+del blocks
+print(rss() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's call")
+def test_big_buffers_freed_go_back_to_the_system_once_the_threshold_is_fixed() -> None:
+    """A peer's frame of a few MiB, freed, stayed in the RSS once a bigger one freed before had raised
+    glibc's mmap threshold: the budget's bytes cost twice their size resident. Fixed at 1 MiB, each is
+    mapped on its own and unmapped when freed."""
+    import subprocess
+
+    if heap.glibc_call("mallopt") is None:
+        pytest.skip("not glibc")
+    retained = {how: int(subprocess.run([sys.executable, "-c", RETAINED, how], capture_output=True, text=True,
+                                        check=True, timeout=60).stdout)
+                for how in ("as glibc starts", "fixed")}
+    assert retained["as glibc starts"] > 24 << 20  # the 32 MiB freed, most of it still resident
+    assert retained["fixed"] < 4 << 20
+
+
+def test_no_threshold_is_set_where_the_c_library_is_not_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert heap.fix_mmap_threshold() is False

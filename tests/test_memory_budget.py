@@ -299,3 +299,56 @@ def test_answers_a_peer_does_not_read_hold_the_requests_after_them(tmp_path, mon
     assert [answer.opaque for answer in got] == list(range(1, 401))
     assert {answer.body for answer in got} == {first.body}
     assert client.held == factory.budget.held == 0 and wire.producerState == "producing"
+
+
+def test_the_default_budget_follows_the_limit_read_again(tmp_path, monkeypatch):
+    """A pod's limit lowered in place from 1 GiB to 128 MiB: read at the start only, the budget stayed
+    256 MiB and the stall above had the kernel kill the server. Read again every 30 s, the budget
+    follows: a quarter of the new limit, the peers past it closed, largest first, one line each time."""
+    from twisted_namesrv import service as service_module
+
+    limit = [1024 * MiB]
+    monkeypatch.setattr(budget_module, "machine_limit", lambda: limit[0])
+    monkeypatch.setattr(service_module, "machine_limit", lambda: limit[0])
+    monkeypatch.setattr(service_module, "resident_bytes", lambda: 56 * MiB)
+    service = NamesrvService.from_config(server_config(tmp_path, frameMaxLength=4 * MiB), reactor=task.Clock())
+    budget, watch = service.state.budget, service.memory_limit
+    assert budget.limit == 256 * MiB
+    assert [s.step for s in service if getattr(s, "call", (None,))[0] == watch.tick] == [30.0]
+    with capturedLogs() as logged:
+        watch.tick()  # at the start: the limit the budget was made from
+        watch.tick()
+    assert logged == [] and budget.limit == 256 * MiB
+    wires = []
+    for peer in range(10):
+        proto, wire = connect(service, peer)
+        proto.dataReceived(start_of_frame(4 * MiB - 8))
+        wires.append(wire)
+    assert budget.held > 32 * MiB and not any(wire.disconnecting for wire in wires)
+    limit[0] = 128 * MiB
+    with capturedLogs() as logged:
+        watch.tick()
+    assert budget.limit == 32 * MiB and budget.held <= 32 * MiB
+    assert sum(wire.disconnecting for wire in wires) == 3  # 40 MiB held: the three largest went
+    lines = [e["log_format"].format(**e) for e in logged if e["log_format"] == "{text}"]
+    assert lines == ["memory limit now 128 MiB (was 1024 MiB; the least of the machine's, the cgroup's memory "
+                     "limit and ulimit -v): receiveMemoryBudget follows it, 32 MiB (was 256 MiB)"]
+    assert watch.changes == 1
+    limit[0] = None  # the limit taken away: the ceiling again
+    watch.tick()
+    assert budget.limit == 256 * MiB and watch.changes == 2
+
+
+def test_a_budget_set_stays_when_the_limit_moves_and_a_limit_too_small_is_said(tmp_path, monkeypatch):
+    told, limit = [], [1024 * MiB]
+    budget = MemoryBudget(64 * MiB)
+    watch = budget_module.LimitWatch(budget, 16 * MiB, False, lambda: limit[0], lambda: 56 * MiB,
+                                     lambda level, text: told.append((level, text)))
+    watch.tick()
+    limit[0] = 160 * MiB
+    watch.tick()
+    assert budget.limit == 64 * MiB
+    assert told[0] == ("info", "memory limit now 160 MiB (was 1024 MiB; the least of the machine's, the cgroup's "
+                               "memory limit and ulimit -v): receiveMemoryBudget stays 64 MiB as set")
+    assert told[1][0] == "warn" and told[1][1].startswith("memory limit 160 MiB ") and "OOM kill" in told[1][1]
+    assert len(told) == 2

@@ -792,3 +792,86 @@ def test_a_host_s_bound_counts_an_ipv6_host_by_its_64_and_no_loopback_or_restore
         seen(None, f"restored-{j}")
     assert topology.refused == 1 and dict(topology.refused_hosts) == {"2001:db8::/64": 1}
     assert ("c", "v6-2") not in topology.groups and len(topology.groups) == 2 + 9
+
+
+def clean_stop_said(logged) -> list[str]:
+    return [formatEvent(e) for e in logged if "stopped cleanly" in formatEvent(e) or "no broker left" in
+            formatEvent(e)]
+
+
+def test_a_group_and_a_whole_cluster_stopped_cleanly_are_each_said_in_a_line(tmp_path):
+    """Each broker's "broker unregistered" line was all: whether a group, or a whole cluster, was gone had
+    to be worked out from them. Now the unregistration that empties a group says so, and the one that
+    empties its cluster too, once each, as warnings; the members before it say nothing more."""
+    served = Served(tmp_path)
+    clusters_ab(served)
+    slave = "10.0.2.3:10911"
+    proto, transport = served.connect()
+    register(proto, transport, slave, "broker-b1", extra={"clusterName": "cB", "brokerId": "1"})
+    with capturedLogs() as logged:
+        ask(served, RequestCode.UNREGISTER_BROKER, {"clusterName": "cB", "brokerAddr": slave,
+                                                    "brokerName": "broker-b1", "brokerId": "1"}, account=None)
+        assert clean_stop_said(logged) == []  # its master is up: not the group's last
+        stop_cleanly(served, B1, "broker-b1", "cB")
+        said = clean_stop_said(logged)
+        assert said == [f"broker group cB/broker-b1 stopped cleanly: its last member ({B1}, id 0) unregistered; "
+                        f"its queues are out of the routes until it starts again (removed on purpose: "
+                        f"namesrv-admin retireBrokerGroup -c cB -b broker-b1)"]
+        stop_cleanly(served, B2, "broker-b2", "cB")
+    said = clean_stop_said(logged)[1:]
+    assert said[0].startswith("broker group cB/broker-b2 stopped cleanly")
+    assert said[1] == ("cluster cB stopped cleanly: the last member of each of its 2 broker group(s) unregistered; "
+                       "nothing can be sent to its topics until its brokers start again, and nothing crashed")
+    assert len(said) == 2
+    assert {e["log_level"].name for e in logged if "stopped cleanly" in formatEvent(e)} == {"warn"}
+
+
+def test_a_cluster_whose_other_groups_crashed_is_not_said_stopped_cleanly(tmp_path):
+    served = Served(tmp_path)
+    connections = clusters_ab(served)
+    connections["broker-b2"][1].loseConnection()  # killed: its connection closed without unregistering
+    served.clock.advance(1)
+    with capturedLogs() as logged:
+        stop_cleanly(served, B1, "broker-b1", "cB")
+    said = clean_stop_said(logged)
+    assert said[1] == ("cluster cB has no broker left: its last broker group stopped cleanly, but 1 of its groups "
+                       "left without unregistering before: broker-b2 (closed)")
+
+
+def test_a_member_killed_while_its_master_serves_on_is_counted_absent_until_back_or_retired(tmp_path):
+    """A slave killed -9: its group keeps a live master, so neither the group alerts nor any gauge said a
+    member was missing once its departure left the 10 minutes' list. namesrv_broker_group_members_absent
+    counts the remembered members the routes do not hold, until it comes back or is retired."""
+    served = Served(tmp_path)
+    connections = clusters_ab(served)
+    slave = "10.0.2.3:10911"
+    proto, transport = served.connect()
+    register(proto, transport, slave, "broker-b1", extra={"clusterName": "cB", "brokerId": "1"})
+    assert value(served.scrape(), "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b1") == 0
+    transport.loseConnection()  # killed: no unregistration
+    served.clock.advance(DEPARTED_KEEP_SECONDS + 60)
+    for name, addr, cluster in (("broker-a", MASTER, "c1"), ("broker-b1", B1, "cB"), ("broker-b2", B2, "cB")):
+        register(*connections[name], addr, name, extra={"clusterName": cluster})  # heartbeats on
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b1") == 1
+    assert value(samples, "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b2") == 0
+    assert value(samples, "namesrv_broker_group_master_live", cluster="cB", broker="broker-b1") == 1
+    answer, _ = retire(served, "cB", "broker-b1", "1")
+    assert answer.code == ResponseCode.SUCCESS
+    assert value(served.scrape(), "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b1") == 0
+    stop_cleanly(served, B2, "broker-b2", "cB")  # an absent group: every member
+    assert value(served.scrape(), "namesrv_broker_group_members_absent", cluster="cB", broker="broker-b2") == 1
+
+
+def test_the_overview_counts_a_cluster_stopped_cleanly_as_that_not_as_groups_without_master(tmp_path):
+    """/api/overview's outage counts took a whole cluster stopped cleanly for two groups without a
+    master and a cluster with nothing writable, where the page and the alert rules say "stopped
+    cleanly" as a warning. Now they count outages only, and say the clean stop apart."""
+    served = Served(tmp_path)
+    clusters_ab(served)
+    stop_cleanly(served, B1, "broker-b1", "cB")
+    stop_cleanly(served, B2, "broker-b2", "cB")
+    overview = served.api.overview()
+    assert (overview["broker_groups_without_master"], overview["clusters_without_writable_queues"]) == (0, 0)
+    assert (overview["broker_groups_stopped_cleanly"], overview["clusters_stopped_cleanly"]) == (2, 1)
+    assert value(served.scrape(), "namesrv_broker_groups_without_master") == 2  # the gauge: every one, as before

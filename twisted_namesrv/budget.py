@@ -30,7 +30,9 @@ MiB = 1024 * 1024
 AUTO_MAX = 256 * MiB
 #: what peers' unfinished frames cost in resident memory at most, for each byte of them the budget counts
 #: (their buffers grown as the bytes come: tools/memory_peak.py's stall under a 400 MiB cgroup took a
-#: server of 56 MiB at rest to 120 MiB within a 32 MiB budget, to 151 MiB within 64 MiB)
+#: server of 56 MiB at rest to 120 MiB within a 32 MiB budget, to 151 MiB within 64 MiB).  On glibc with
+#: the mmap threshold fixed (heap.fix_mmap_threshold) the same stall peaked at 87 MiB, about one byte a
+#: byte; two are kept for the C libraries that keep freed buffers (musl) and as the start's margin
 RESIDENT_PER_BUDGET_BYTE = 2
 #: where the cgroup hierarchies are mounted, and which cgroup of each this process is in
 CGROUP_ROOT, PROC_SELF_CGROUP = Path("/sys/fs/cgroup"), Path("/proc/self/cgroup")
@@ -56,6 +58,15 @@ class MemoryBudget:
         if size:
             self.holders[holder] = size
         self.held += size - before
+        self._fit()
+
+    def resize(self, limit: int) -> None:
+        """The budget is now ``limit`` (the memory limit moved: ``LimitWatch``); holders past a smaller
+        one go, the largest first, as in ``hold``."""
+        self.limit = limit
+        self._fit()
+
+    def _fit(self) -> None:
         while self.held > self.limit and self.holders:
             largest = max(self.holders, key=self.holders.__getitem__)
             held = self.holders.pop(largest)
@@ -131,14 +142,68 @@ def cgroup_memory_limits(root: Path | None = None, membership: Path | None = Non
 
 
 def default_budget(frame_max_length: int) -> int:
-    """``receiveMemoryBudget=0``: a quarter of what the machine allows (AUTO_MAX without a limit or
-    past 1 GiB), and at least two whole frames (one peer's biggest request must always fit;
+    """``receiveMemoryBudget=0``: the budget for the memory limit now (``budget_for``)."""
+    return budget_for(machine_limit(), frame_max_length)
+
+
+def budget_for(limit: int | None, frame_max_length: int) -> int:
+    """``receiveMemoryBudget=0`` under the memory limit ``limit``: a quarter of it (AUTO_MAX without a
+    limit or past 1 GiB), and at least two whole frames (one peer's biggest request must always fit;
     ``memory_limit_warning`` says when that leaves the limit too small).  No floor of its own: one of
     64 MiB under a 96 MiB cgroup let 40 peers each sending 16 MiB of a frame have the kernel kill the
     server (56 MiB at rest) where the budget would have refused them."""
-    limit = machine_limit()
     quarter = AUTO_MAX if limit is None else min(limit // 4, AUTO_MAX)
     return max(quarter, 2 * frame_max_length)
+
+
+#: how often the memory limit is read again: a limit resized in place (a pod resized in place, ``docker
+#: update --memory``, ``systemctl set-property namesrv MemoryMax=``) is followed within this
+LIMIT_CHECK_SECONDS = 30.0
+
+
+class LimitWatch:
+    """The memory limit read again at each ``tick`` (a timer of the service, every LIMIT_CHECK_SECONDS).
+    Read only at the start, a container's limit lowered in place left the default budget at a quarter
+    of the old one: the stalled peers it let in had the kernel kill the server, where a budget of a
+    quarter of the new one would have refused them.  With receiveMemoryBudget 0 (``follows``) the
+    budget follows the limit (``budget_for``); either way a change is told (``tell(level, text)``: one
+    line), and when the budget no longer fits in the new limit the start's warning is told again.
+    ``read``: the limit now (``machine_limit``); ``resident``: the process's resident memory
+    (``resident_bytes``).  No Twisted: the service's timer ticks it."""
+
+    def __init__(self, budget: MemoryBudget, frame_max_length: int, follows: bool,
+                 read: Callable[[], int | None], resident: Callable[[], int | None],
+                 tell: Callable[[str, str], None]) -> None:
+        self.budget, self.frame_max_length, self.follows = budget, frame_max_length, follows
+        self.read, self.resident, self.tell = read, resident, tell
+        #: the limit as last read (None: no limit, or not read yet)
+        self.limit: int | None = None
+        self.read_once = False
+        #: times the limit was found changed since the start
+        self.changes = 0
+
+    def tick(self) -> None:
+        limit = self.read()
+        was, self.limit = self.limit, limit
+        first, self.read_once = not self.read_once, True
+        wanted = budget_for(limit, self.frame_max_length) if self.follows else self.budget.limit
+        if (first or limit == was) and wanted == self.budget.limit:
+            return  # the first read: the budget was made from this limit at the start
+        before = self.budget.limit
+        self.budget.resize(wanted)
+        self.changes += 1
+        since = "changed since the start" if first else f"was {_mib(was)}"
+        self.tell("info", f"memory limit now {_mib(limit)} ({since}; the least of the machine's, the cgroup's "
+                          f"memory limit and ulimit -v): "
+                          + (f"receiveMemoryBudget follows it, {wanted // MiB} MiB (was {before // MiB} MiB)"
+                             if self.follows else f"receiveMemoryBudget stays {wanted // MiB} MiB as set"))
+        warning = memory_limit_warning(wanted, self.resident(), limit)
+        if warning:
+            self.tell("warn", warning)
+
+
+def _mib(limit: int | None) -> str:
+    return "none" if limit is None else f"{limit // MiB} MiB"
 
 
 def resident_bytes() -> int | None:

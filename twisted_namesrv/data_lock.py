@@ -27,6 +27,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from twisted.logger import Logger
 
@@ -40,6 +41,15 @@ WAIT_SECONDS = 30.0
 _POLL_SECONDS = 0.2
 
 
+class Checked(NamedTuple):
+    """What a check of the locks found (``StoreLock.check``)."""
+
+    #: directories whose lock file was gone or replaced
+    lost: list[Path]
+    #: directories locked again at this check (lost now or at an earlier one)
+    relocked: list[Path]
+
+
 class StoreLock:
     """The locks held on the stores' directories (their open lock files), and what taking them made
     (directories, lock files: a start that fails removes them, leaving nothing behind)."""
@@ -48,6 +58,9 @@ class StoreLock:
         self.held = held
         self.made = made or []
         self.noted = ""
+        #: directories found without their lock file that could not be locked again yet (a full disk
+        #: refused the directory or the lock file, another server holds it): tried again at each check
+        self.pending: set[Path] = set()
 
     def note(self, what: str) -> None:
         """Write who holds the locks (``what``: the pid and address) into each lock file, for the
@@ -60,11 +73,14 @@ class StoreLock:
             except OSError:
                 pass  # a full disk: the lock holds all the same, unnamed
 
-    def check(self) -> list[Path]:
+    def check(self) -> Checked:
         """The directories whose lock file is no longer the one this server locked (removed with its
         directory by an ``rm -rf``, the directory moved or replaced by a restore), each locked again (a
         new lock file, its directory made again): a second server started on it meanwhile would have
-        taken a lock nobody held, and both would write there.  Told by the caller."""
+        taken a lock nobody held, and both would write there.  One that cannot be locked again now (a
+        full disk refuses the directory or the lock file) is tried again at every check, said once,
+        until it is.  Told by the caller: ``lost`` found this check, ``relocked`` locked again (those
+        of ``lost`` locked at once among them), whose stores the caller writes again."""
         lost = []
         for directory, fd in list(self.held.items()):
             try:
@@ -72,35 +88,47 @@ class StoreLock:
                 held = os.fstat(fd)
                 if (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino):
                     continue
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # gone, or a file put where the directory was
                 pass
             except OSError:
                 continue  # cannot tell (a permission taken away): left as it is
             lost.append(directory)
             os.close(fd)
             del self.held[directory]
-            again = _open(directory, [])
-            if again is None:
-                continue  # said (_unlockable)
-            try:
-                fcntl.lockf(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                holder = _holder(again) if exc.errno in (errno.EACCES, errno.EAGAIN) else exc.strerror
+        relocked = [directory for directory in [*lost, *sorted(self.pending - set(lost))]
+                    if self._lock_again(directory, said=directory in self.pending)]
+        return Checked(lost, relocked)
+
+    def _lock_again(self, directory: Path, said: bool) -> bool:
+        """Lock ``directory`` again (its lock file made anew); False, and pending, when it cannot be
+        now (``said``: its reason was logged at an earlier check, not again)."""
+        again = _open(directory, [], quiet=said)
+        if again is None:
+            self.pending.add(directory)
+            return False
+        try:
+            fcntl.lockf(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _holder(again) if exc.errno in (errno.EACCES, errno.EAGAIN) else exc.strerror
+            if not said:
                 log.critical("{directory} is locked by another NameServer ({holder}), started there after this "
                              "one's lock file was removed: both write its stores; stop one of them",
                              directory=str(directory), holder=holder)
-                os.close(again)
-                continue
-            self.held[directory] = again
-            if self.noted:
-                self.note(self.noted)
-        return lost
+            os.close(again)
+            self.pending.add(directory)
+            return False
+        self.pending.discard(directory)
+        self.held[directory] = again
+        if self.noted:
+            self.note(self.noted)
+        return True
 
     def release(self, undo: bool = False) -> None:
         """Let the locks go; ``undo``: the start failed, remove what taking them made."""
         for fd in self.held.values():
             os.close(fd)
         self.held = {}
+        self.pending = set()
         for path in reversed(self.made if undo else []):
             try:
                 path.rmdir() if path.is_dir() else path.unlink()
@@ -128,7 +156,9 @@ def lock_stores(directories: Iterable[Path], wait: float | None = None,
     return lock
 
 
-def _open(directory: Path, made: list[Path]) -> int | None:
+def _open(directory: Path, made: list[Path], quiet: bool = False) -> int | None:
+    """``directory``'s lock file opened for writing (the directory made if missing, what was made
+    listed in ``made``); None, said unless ``quiet``, when it cannot be."""
     path = directory / LOCK_FILE
     try:
         missing = [d for d in (directory, *directory.parents) if not d.exists()]
@@ -142,10 +172,12 @@ def _open(directory: Path, made: list[Path]) -> int | None:
         # under another uid of the same group (OpenShift's) opens it for writing and locks on
         return open_regular(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
     except PermissionError as exc:  # who owns what: a lock file an older image or another group made
-        _unlockable(directory, exc, owner_and_us(path if path.exists() else directory))
+        if not quiet:
+            _unlockable(directory, exc, owner_and_us(path if path.exists() else directory))
         return None
     except OSError as exc:
-        _unlockable(directory, exc)
+        if not quiet:
+            _unlockable(directory, exc)
         return None
 
 

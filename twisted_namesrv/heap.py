@@ -18,6 +18,16 @@ with a heap of 360 MB half freed, 150-210 ms at 2.3 GB (a throwaway script of 60
 2026-12-01); run each second of a 1M-topic registration in pieces or a storm, it was a lookup's
 longest wait. Only where the C library is glibc (``glibc_trim``): musl
 and the BSDs have no ``malloc_trim``, and a process there runs as before.
+
+``fix_mmap_threshold`` (once, at start) holds glibc's mmap threshold at MMAP_THRESHOLD (1 MiB).
+glibc starts at 128 KiB and raises the threshold to the size of every mapped block freed (up to 32
+MiB): once the first peer's big frame was freed, the next ones' buffers (a frame of up to 16 MiB,
+grown as its bytes come) were carved from the heap, whose growth by realloc copies (the old block
+and the new one both resident meanwhile) and whose freed middle stays in the RSS.  So the budget's
+bytes (budget.py) cost about twice their size in resident memory (RESIDENT_PER_BUDGET_BYTE).
+Above a fixed threshold a big buffer is mapped on its own, grown by ``mremap`` without a copy and
+unmapped when freed, at once.  Python's small objects (its own arenas) and anything under 1 MiB
+are served as before.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 #: how often the timer asks
 TICK_SECONDS = 1.0
@@ -36,20 +47,48 @@ WORK_SECONDS = 0.05
 QUIET_SECONDS = 0.01
 
 
-def glibc_trim() -> Callable[[], int] | None:
-    """glibc's ``malloc_trim(0)`` (every free page of its heaps back to the system), or None where
-    the process's C library is not glibc or has no such call."""
+#: the size from which glibc maps a block on its own (``M_MMAP_THRESHOLD``), fixed by fix_mmap_threshold
+MMAP_THRESHOLD = 1 << 20
+#: mallopt's parameter number for it (glibc's malloc.h)
+M_MMAP_THRESHOLD = -3
+
+
+def glibc_call(name: str) -> Callable[..., int] | None:
+    """The C function ``name`` of the process's C library when that is glibc, or None (another C
+    library, or one without it: musl and the BSDs have neither ``malloc_trim`` nor glibc's ``mallopt``
+    parameters)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):  # musl has no such name: ValueError, or None
             return None
-        trim = ctypes.CDLL(None).malloc_trim  # the process's own C library (dlopen(NULL))
+        call: Callable[..., int] = getattr(ctypes.CDLL(None), name)  # the process's own C library (dlopen(NULL))
     except (ValueError, OSError, AttributeError):
+        return None
+    return call
+
+
+def glibc_trim() -> Callable[[], int] | None:
+    """glibc's ``malloc_trim(0)`` (every free page of its heaps back to the system), or None where
+    the process's C library is not glibc or has no such call."""
+    trim: Any = glibc_call("malloc_trim")
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return lambda: int(trim(0))
+
+
+def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
+    """glibc's mmap threshold held at ``threshold`` (``mallopt(M_MMAP_THRESHOLD)``, which also stops
+    its rising with each mapped block freed): whether it was set; nothing where the C library is not
+    glibc.  Called once by the service at start (the module docstring says why)."""
+    mallopt: Any = glibc_call("mallopt")
+    if mallopt is None:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, threshold))
 
 
 class HeapTrim:

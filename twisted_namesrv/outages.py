@@ -70,6 +70,9 @@ class GroupHealth:
     rejoining: bool = False
     #: how its master (brokerId 0) last left, while it has no live master (KnownGroup.master_how)
     master_how: str | None = None
+    #: members the topology remembers (an id at its last address) that the routes do not hold: a slave
+    #: killed while its master serves on (every member, for an absent group)
+    members_absent: int = 0
 
     @property
     def master_stopped_cleanly(self) -> bool:
@@ -113,6 +116,24 @@ class RouteHealth:
     @property
     def clusters_without_writable_queues(self) -> list[str]:
         return [cluster for cluster, count in self.writable_groups.items() if count == 0]
+
+    @property
+    def masterless_outages(self) -> list[GroupHealth]:
+        """Groups without a live master that are an outage: neither stopped cleanly (the group, or its
+        master with a slave up: a shutdown on purpose) nor rejoining after this NameServer's restart."""
+        return [group for group in self.without_master
+                if not (group.rejoining or group.stopped_cleanly or group.master_stopped_cleanly)]
+
+    @property
+    def stopped_cleanly(self) -> list[GroupHealth]:
+        """Groups without a live master because they (or their master) stopped cleanly."""
+        return [group for group in self.groups if group.stopped_cleanly or group.master_stopped_cleanly]
+
+    @property
+    def clusters_not_writable_outages(self) -> list[str]:
+        """Clusters nothing can be written to that are an outage: not stopped cleanly, not rejoining."""
+        calm = set(self.clusters_stopped_cleanly) | set(self.rejoining_clusters)
+        return [cluster for cluster in self.clusters_without_writable_queues if cluster not in calm]
 
     @property
     def clusters_stopped_cleanly(self) -> list[str]:
@@ -210,14 +231,15 @@ class HealthWatch:
                     alive += 1
                     registered += not member.restored
                     master_live = master_live or broker_id == MASTER_ID
+            known = known_groups.get((str(cluster), name))
             groups.append(GroupHealth(str(cluster), name, addrs.get(MASTER_ID), master_live, alive, topics,
                                       write_perm, registered,
-                                      master_how=None if master_live else _master_how(known_groups, cluster, name)))
+                                      master_how=None if master_live or known is None else known.master_how,
+                                      members_absent=0 if known is None else _members_absent(known, addrs)))
         present = {(group.cluster, group.broker) for group in groups}
-        known = known_groups
-        groups += [_absent(group) for key, group in known.items() if key not in present]
+        groups += [_absent(group) for key, group in known_groups.items() if key not in present]
         groups.sort(key=lambda group: (group.cluster, group.broker))
-        writable = dict.fromkeys(sorted(routes.clusterAddrTable.keys() | {cluster for cluster, _ in known}), 0)
+        writable = dict.fromkeys(sorted(routes.clusterAddrTable.keys() | {cluster for cluster, _ in known_groups}), 0)
         for group in groups:
             if group.takes_writes and group.broker in routes.clusterAddrTable.get(group.cluster, ()):
                 writable[group.cluster] += 1
@@ -242,10 +264,13 @@ def expected_back(group: GroupHealth, up_before: frozenset[tuple[str, str]]) -> 
 def _absent(known: KnownGroup) -> GroupHealth:
     master = known.member(MASTER_ID)
     return GroupHealth(known.cluster, known.broker, master.addr if master else None, False, 0, 0, 0, 0,
-                       True, known.left, known.how, master_how=known.master_how)
+                       True, known.left, known.how, master_how=known.master_how, members_absent=len(known.members))
 
 
-def _master_how(known: dict[tuple[str, str], KnownGroup], cluster: object, broker: str) -> str | None:
-    """How a routed group's master last left, as the topology remembers it (None: not known)."""
-    group = known.get((str(cluster), broker))
-    return None if group is None else group.master_how
+def _members_absent(known: KnownGroup, addrs: dict[int, str]) -> int:
+    """The remembered members of a routed group that its brokerAddrs does not hold at their address."""
+    absent = 0
+    for member in known.members:  # (a loop: a group has one to a few)
+        if addrs.get(member.broker_id) != member.addr:
+            absent += 1
+    return absent

@@ -28,7 +28,9 @@ from .apart import BuildsApart
 from .audit import NAMESRV, AuditTrail, Trail
 from .budget import (
     HTTP_HEADROOM,
+    LIMIT_CHECK_SECONDS,
     FdBudget,
+    LimitWatch,
     MemoryBudget,
     count_open_fds,
     default_budget,
@@ -51,11 +53,11 @@ from .events import RecentEvents
 from .file_writer import FileWriter
 from .flapping import FLAP_TICK_SECONDS, FlapWatch
 from .hangup import stop_on_hangup
-from .housekeeping import HousekeepingService, log_flapping, log_route_event
+from .housekeeping import HousekeepingService, log_clean_stop, log_flapping, log_route_event
 from .lost_topics import DEPARTURES, LostTopics
 from .metrics import Metrics
 from .observations import Observations
-from .outages import HealthWatch, RouteHealth
+from .outages import CLEAN_STOP, HealthWatch, RouteHealth
 from .processor import waiting_for_service
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
@@ -124,12 +126,13 @@ def store_directories(config: NamesrvConfig) -> list[Path]:
 
 
 def store_refusal(failures: Counter[tuple[str, str]],
-                  consequence: str = "the change is refused") -> Callable[[StoreError], None]:
+                  consequence: str = "the change is refused", quiet: bool = False) -> Callable[[StoreError], None]:
     """What a store's failed save does besides its answer: one log line saying what became of the
-    change, one count by (store, errno)."""
+    change (``quiet``: none, the caller says it), one count by (store, errno)."""
     def refused(error: StoreError) -> None:
         failures[error.what, error.errno_name] += 1
-        log.error("{error}; {consequence}", error=str(error), consequence=consequence)
+        if not quiet:
+            log.error("{error}; {consequence}", error=str(error), consequence=consequence)
 
     return refused
 
@@ -212,7 +215,10 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     applied_anyway = store_refusal(metrics.store_failures, "the change is applied in memory only, until the restart")
     config_file = FileWriter(clock, config["configStorePath"], "configStorePath")  # off the reactor thread, too
     config_saves = SavesOfNewest(saved_by(config_file, applied_anyway), lambda: java_utf8(config.stored_text()))
-    kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"])
+    # written again while its file is missing (a data directory removed, a disk full meanwhile): every
+    # failure counted, said once a spell by NamesrvService.check_data_dirs, not a line every 5 s
+    counted = store_refusal(metrics.store_failures, quiet=True)
+    kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"], saved_by(kv_file, counted))
     kv.load(kv_path)
     _say_what_was_read(config, kv, kv_path)
     steady = steady_seconds(clock)  # heartbeats, windows and counts: no clock step (clocks.py)
@@ -242,7 +248,7 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     config.subscribe(answers.config_changed)
     # route events, each once its change is complete
     routes.listen_lost(lost.departed)
-    routes.listen(told_unless_flapping(flaps, events, topology))
+    routes.listen(told_unless_flapping(flaps, events, topology, routes))
     for heard in (metrics.route_event, departed.route_event, topology.heard):
         routes.listen(heard)
     fds = FdBudget(fd_limit, config["fdReserve"], count_open_fds, steady,
@@ -250,14 +256,22 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     return Owners(state, seen, fds)
 
 
-def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
-                         topology: Topology | None = None) -> Callable[[str, dict], None]:
+def said(level: str, text: str) -> None:
+    """One log line at ``level`` (``info``, ``warn``) for an owner that tells rather than logs."""
+    getattr(log, level)("{text}", text=text)
+
+
+def told_unless_flapping(flaps: FlapWatch, events: RecentEvents, topology: Topology | None = None,
+                         routes: RouteInfoManager | None = None) -> Callable[[str, dict], None]:
     """The route events' log line and page event, unless the broker flaps (flapping.py): then they
     are summarised, its start and end one page event each; every one is counted all the same.  The
     page's events say whether the line is written (events.py: a flood's lines past
     LINES_FOLDED_PER_MINUTE are counted, not logged).
     ``topology.origin``: the peer whose request is being applied, the host a page event counts
-    against (events.py: EVENTS_PER_HOST; read as an attribute: every registration's path)."""
+    against (events.py: EVENTS_PER_HOST; read as an attribute: every registration's path).  An
+    unregistration that emptied its group (or cluster) says so in a line of its own
+    (housekeeping.log_clean_stop, read from ``routes``): in this listener, no call more for the
+    registrations."""
     flapping = flaps.now_flapping
 
     def told(kind: str, info: dict) -> None:
@@ -267,6 +281,8 @@ def told_unless_flapping(flaps: FlapWatch, events: RecentEvents,
         if events.route_event(kind, info, None if topology is None else topology.origin):  # (past the
             log_route_event(kind, info)  # folded events' lines a minute, counted and not logged: events.py)
         if kind in DEPARTURES:  # may make it flapping: the warning after the departure's line
+            if kind == CLEAN_STOP and routes is not None:
+                log_clean_stop(info, routes, topology)
             flaps.heard(kind, info)
     return told
 
@@ -512,6 +528,10 @@ class NamesrvService(service.MultiService):
             ClockedTimerService(heap.TICK_SECONDS, self.heap_trim.tick, reactor).setServiceParent(self)
         else:
             self.heap_trim = None
+        # the memory limit read again (a container resized in place): the default budget follows it
+        self.memory_limit = LimitWatch(self.state.budget, config["frameMaxLength"], not config["receiveMemoryBudget"],
+                                       machine_limit, resident_bytes, said)
+        ClockedTimerService(LIMIT_CHECK_SECONDS, self.memory_limit.tick, reactor).setServiceParent(self)
         # a data directory removed while running (rm -rf, a restore over it): locked again, its stores rewritten
         ClockedTimerService(DATA_DIR_CHECK_SECONDS, self.check_data_dirs, reactor).setServiceParent(self)
         # systemd's WatchdogSec: a hung reactor is restarted
@@ -538,6 +558,7 @@ class NamesrvService(service.MultiService):
         self.web: Listener | None = None
         self.stopping = False
         self.data_lock: StoreLock | None = None  # the stores' directories, locked while serving
+        self.kv_unwritten_said = False  # the KV file's rewrite failing said (kv_written_again)
         self.counted: Counted | None = None  # this start in starts.json, until the clean stop's mark
         self.peers: PeersService | None = None
         if config["metricsPort"]:
@@ -662,27 +683,56 @@ class NamesrvService(service.MultiService):
 
     def check_data_dirs(self) -> None:
         """A store directory whose lock file is gone (data_lock.StoreLock.check: the directory removed,
-        moved or restored over while running): locked again, said once, counted as a store that could
-        not be kept (NamesrvStoreNotWritten), a page event, and every store there written again from
-        memory at once. Before, nothing said so: the KV store was written again only at its next change,
-        a restart meanwhile started with none, and a second server could lock the directory."""
+        moved or restored over while running): said once, counted as a store that could not be kept
+        (NamesrvStoreNotWritten), a page event; once locked again (at once, or at a later check when a
+        full disk refused it), every store there written again from memory.  Before, nothing said so:
+        the KV store was written again only at its next change, a restart meanwhile started with none,
+        and a second server could lock the directory.  Then the KV store, while its file does not hold
+        it (``kv_written_again``)."""
         if self.data_lock is None:
             return
-        for directory in self.data_lock.check():
+        checked = self.data_lock.check()
+        for directory in checked.lost:
             self.metrics.store_failures["dataDirectory", "removed"] += 1
+            when = "" if directory in checked.relocked else " as soon as it can be (tried every 5 s: a full disk)"
             text = (f"{directory} lost its lock file while the server ran (the directory removed, moved or "
-                    f"restored over): locked again, and the stores kept there written again from memory "
+                    f"restored over): locked again, and the stores kept there written again from memory{when} "
                     f"(the KV config, the route snapshot, the topology, the events; the starts' count at the "
                     f"clean stop); anything else that was there (namesrv.properties, the controller's log) "
                     f"is not: restore it from a backup")
             log.warn("{text}", text=text, directory=str(directory))
             self.seen.events.feed_event("data_dir_removed", {"reason": text})
             if Path(self.config["kvConfigPath"]).parent == directory:
-                self.state.kv.write_again()
+                self.state.kv.file_lost()  # written below once its directory is locked again
+        for directory in checked.relocked:
+            if directory not in checked.lost:
+                log.info("{directory} locked again; the stores kept there written again from memory",
+                         directory=str(directory))
             for store, path in ((self.topology, topology_path(self.config)), (self.events, events_path(self.config)),
                                 (self.snapshots, Path(self.config["routeSnapshotPath"] or "."))):
                 if store is not None and path.parent == directory:
                     store.write_again()
+        self.kv_written_again(self.data_lock.pending)
+
+    def kv_written_again(self, pending: set[Path]) -> None:
+        """While the KV file does not hold the table (``KVConfigManager.missing``: its directory was
+        removed) it is written again at every check its directory is locked at (not ``pending``: never
+        into a directory another server may have locked meanwhile), each failure counted
+        (``kvConfigPath``), one error line once a write failed (a full disk: ``unwritten``;
+        ``namesrv_kv_unwritten`` 1 while missing, NamesrvKVUnwritten) and one when it is written:
+        before, a failed rewrite was left so, and a restart after the disk was freed started without
+        the KV config."""
+        kv, path = self.state.kv, str(self.config["kvConfigPath"])
+        if kv.missing and Path(path).parent not in pending:
+            kv.write_again()  # done at once on a test's clock, else in a thread: its outcome read next time
+        if kv.unwritten is not None and not self.kv_unwritten_said:
+            self.kv_unwritten_said = True
+            log.error("KV config {path} is not on disk ({why}): a restart now starts without it; written "
+                      "again every {seconds:.0f} s until it can be (free space on its disk)",
+                      path=path, why=kv.unwritten, seconds=DATA_DIR_CHECK_SECONDS)
+        if not kv.missing and self.kv_unwritten_said:
+            self.kv_unwritten_said = False
+            log.info("KV config {path} written again", path=path)
 
     def _release_lock(self, undo: bool = False) -> None:
         if self.data_lock is not None:
@@ -691,6 +741,7 @@ class NamesrvService(service.MultiService):
 
     def startService(self) -> None:
         tune_gc()
+        heap.fix_mmap_threshold()  # peers' big frames mapped on their own, unmapped when freed (heap.py)
         unbound = sum(listener.port is None for listener in self.listeners())
         warning = fd_limit_warning(self.config["maxConnections"], self.fds.reserve,
                                    (count_open_fds() or 0) + unbound + self.fds.headroom)

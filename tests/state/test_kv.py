@@ -471,3 +471,26 @@ def test_changes_that_undo_each_other_behind_a_write_are_heard_by_no_one():
     kv.put("ORDER_TOPIC_CONFIG", "T", "b:4", lambda error: None)  # as saved
     saves.finish()
     assert saves.held == [] and heard == ["other"]
+
+
+def test_a_file_written_again_is_missing_until_a_write_succeeds_and_unwritten_only_once_one_failed(tmp_path):
+    """write_again (the file's directory removed) marks the table missing from disk while its write is in
+    flight, without a failure to say (the service says one only once a write failed); a failed one says
+    why, the next call writes again, and any whole write that succeeds ends it."""
+    saves = HeldSaves()
+    kv = KVConfigManager(saves)
+    kv.put("ns", "k", "v", saved=lambda error: None)
+    saves.finish()
+    kv.write_again()
+    assert (kv.missing, kv.unwritten) == (True, None)  # in flight: nothing failed yet
+    kv.write_again()  # a write in flight writes it: no second one
+    assert len(saves.held) == 1
+    error = StoreError("kvConfigPath", tmp_path / "kv.json", OSError(28, "No space left on device"))
+    saves.finish(error)
+    assert kv.missing and "No space left on device" in kv.unwritten
+    kv.put("ns", "k2", "v2", saved=lambda error: None)  # a change's write fails too: still missing
+    saves.finish(error)
+    assert kv.missing and kv.get("ns", "k2") is None
+    kv.write_again()
+    assert saves.finish() == b'{"configTable":{"ns":{"k":"v"}}}'
+    assert (kv.missing, kv.unwritten) == (False, None)

@@ -364,6 +364,8 @@ def test_a_cluster_stopped_cleanly_is_amber_and_says_so_across_a_restart(tmp_pat
     assert group.startswith("broker-a: stopped cleanly — every member unregistered"), group
     attributes, cells = row(text, "data-addr", "127.0.0.1:10911")
     assert 'class="rejoining"' in attributes and "expected, stopped cleanly" in cells, (attributes, cells)
+    _, overview = row(text, "id", "overview", "div")  # the counts say it too (/api/overview)
+    assert overview.endswith("1 expected but absent, 1 cluster stopped cleanly"), overview
 
 
 @pytest_twisted.inlineCallbacks

@@ -99,11 +99,19 @@ class _Outcome:
 
 
 class KVConfigManager:
-    def __init__(self, save: Save, limit: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, save: Save, limit: Callable[[], int] = lambda: 0, save_again: Save | None = None) -> None:
         """``save(data, saved)`` saves the whole table (``at_once`` makes one of a plain write);
-        ``limit()``: the most bytes its encoding may grow to (0: no limit)."""
+        ``limit()``: the most bytes its encoding may grow to (0: no limit); ``save_again``: how
+        ``write_again`` saves it (default ``save``: the service's counts its failures without a log
+        line each, since it is tried again every few seconds while the disk is full)."""
         self.configTable: Table = {}
         self._save = save
+        self._save_again = save_again or save
+        #: the file is not known to hold the table as saved (its directory removed while running:
+        #: ``write_again``) until a write of the whole table succeeds; a restart now would start without it
+        self.missing = False
+        #: why the last write while ``missing`` failed (a full disk), None when none did
+        self.unwritten: str | None = None
         self._limit = limit
         #: the encoded size of configTable as it was last saved (or loaded)
         self.size = len(self.encode())
@@ -186,20 +194,28 @@ class KVConfigManager:
         self._writing = None
         if error is None:
             self.configTable, self.size = batch.table, batch.size
+            self.missing, self.unwritten = False, None
             self._done(batch, None)
             self._write_next()
             return
         failed, self._next = self._next, None
+        if self.missing:  # the file was gone before this write: still gone
+            self.unwritten = str(error)
         if error.replaced:  # renamed in place, not durable: the saved table goes back first
             saved_table = self.configTable
             self._writing = _Batch(saved_table, self.size)
-            self._save(lambda: self.encode(saved_table), lambda _: self._restored())
+            self._save(lambda: self.encode(saved_table), self._restored)
         # told last: a caller may change the table again at once (a pipelining peer's next put)
         self._done(batch, error, changed=False)
         if failed is not None:
             self._done(failed, error, changed=False)
 
-    def _restored(self) -> None:
+    def _restored(self, error: StoreError | None) -> None:
+        """The saved table's write (put back, or written again) is over: the file holds it, or not."""
+        if error is None:
+            self.missing, self.unwritten = False, None
+        else:
+            self.missing, self.unwritten = True, str(error)
         self._writing = None
         self._write_next()
 
@@ -211,14 +227,21 @@ class KVConfigManager:
         for saved in batch.waiting:
             saved(error)
 
+    def file_lost(self) -> None:
+        """The file is gone (its data directory removed while running): ``missing`` until written again
+        (``write_again``, once the directory is the server's again)."""
+        self.missing = True
+
     def write_again(self) -> None:
-        """The file is gone (its data directory removed while running): the table written again as
-        saved, unless a write is in flight or staged (that one writes it).  Else a restart would start
-        with no KV config at all, every value acknowledged before lost."""
+        """The file is gone (its data directory removed while running), or its last rewrite failed
+        (``missing``): the table written again as saved, unless a write is in flight or staged
+        (that one writes it; if it fails, the next call tries again).  Else a restart would start with
+        no KV config at all, every value acknowledged before lost."""
+        self.missing = True
         if self._writing is not None or self._next is not None:
             return
         table = self._writing = _Batch(self.configTable, self.size)
-        self._save(lambda: self.encode(table.table), lambda _: self._restored())
+        self._save_again(lambda: self.encode(table.table), self._restored)
 
     def put(self, namespace: str, key: str, value: str | None, saved: Saved | None = None) -> None:
         """A null value is dropped, as fastjson drops null map values when persisting."""

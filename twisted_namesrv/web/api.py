@@ -57,9 +57,13 @@ class StatusApi:
     def overview(self) -> dict[str, Any]:
         state, routes = self.state, self.state.routes
         health = self.health.health()
+        # the outage counts: a group or cluster stopped cleanly (or rejoining after a restart) is said apart, as
+        # the page and the alert rules say it, not counted as an outage
         return {"now_ms": self.now_ms(),
-                "broker_groups_without_master": len(health.without_master),
-                "clusters_without_writable_queues": len(health.clusters_without_writable_queues),
+                "broker_groups_without_master": len(health.masterless_outages),
+                "clusters_without_writable_queues": len(health.clusters_not_writable_outages),
+                "broker_groups_stopped_cleanly": len(health.stopped_cleanly),
+                "clusters_stopped_cleanly": len(health.clusters_stopped_cleanly),
                 "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
                 "version": version_name(state.profile.mq_version), "connections": len(self.factory.connections),
                 "address": state.listen_address or f"{state.config['bindAddress']}:{state.config['listenPort']}",

@@ -27,6 +27,9 @@ from ..server import PUSH_RESULTS, RemotingFactory
 #: the series namesrv_store_write_failures has from the start (an alert has one to read before a failure)
 STORES = ("kvConfigPath", "configStorePath", "topologyPath", "eventsPath", "starts", "routeSnapshotPath")
 STORE_ERRORS = ("ENOSPC", "EMFILE", "EIO", "EROFS")
+#: ... and the data directory removed while running (NamesrvService.check_data_dirs): born at its first
+#: count, the series read by increase() as no increase at all, and NamesrvStoreNotWritten never fired for it
+DATA_DIR_REMOVED = ("dataDirectory", "removed")
 #: ... and namesrv_log_lines_lost: a full disk, a failing one, a read-only one or no descriptor left when a
 #: rotation reopens the file, a stdout pipe whose reader left or is too slow (a non-blocking pipe), no stdout
 #: at all; a series born at its first loss would be read by increase() as no loss at all
@@ -174,6 +177,12 @@ class NamesrvCollector(Collector):
         master_stopped = GaugeMetricFamily("namesrv_broker_group_master_stopped_cleanly", "1 while a broker group "
                                            "has no live master because its master unregistered (a clean stop) and a "
                                            "slave is up, else 0", labels=["cluster", "broker"])
+        members_absent = GaugeMetricFamily("namesrv_broker_group_members_absent", "Members of the broker group "
+                                           "this NameServer has seen (a broker id at its last address) that are not in "
+                                           "the routes now: a slave killed while its master serves on; every member "
+                                           "of an absent group (until it registers again, or an operator retires the "
+                                           "member: namesrv-admin retireBrokerGroup -b NAME -i ID)",
+                                           labels=["cluster", "broker"])
         groups = health.groups  # made for this read, never changed: its series are made in the thread
 
         def by_group() -> Iterator[Metric]:
@@ -184,11 +193,13 @@ class NamesrvCollector(Collector):
                 rejoining.add_metric(labels, 1 if group.rejoining else 0)
                 stopped.add_metric(labels, 1 if group.stopped_cleanly else 0)
                 master_stopped.add_metric(labels, 1 if group.master_stopped_cleanly else 0)
+                members_absent.add_metric(labels, group.members_absent)
             yield master
             yield absent
             yield rejoining
             yield stopped
             yield master_stopped
+            yield members_absent
         yield Later(by_group)
         yield GaugeMetricFamily("namesrv_rejoin_window_seconds_left", "Seconds left of the restart's window for "
                                 "brokers to register again (readinessBrokerWait from the start; 0 once over)",
@@ -289,12 +300,16 @@ class NamesrvCollector(Collector):
         table = self.state.kv.configTable
         yield GaugeMetricFamily("namesrv_kv_namespaces", "KV config namespaces", value=len(table))
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries", value=self.state.kv.entries())
+        yield GaugeMetricFamily("namesrv_kv_unwritten", "1 while the KV config's file does not hold the table "
+                                "the server serves (its data directory was removed while running), until it is "
+                                "written again (tried every 5 s; a full disk holds it at 1): a restart now starts "
+                                "without it", value=1 if self.state.kv.missing else 0)
         yield _by_store("namesrv_store_write_failures", "Saves that failed, by store and error: a KV change "
                         "(kvConfigPath) is then refused and nothing changed; an updateNamesrvConfig change "
                         "(configStorePath) is applied in memory only, until the restart, as Java's; the topology "
                         "(topologyPath), the page's events (eventsPath) and the route snapshot (routeSnapshotPath) are "
                         "written again at their next tick; the starts' count (starts) at the next start or stop",
-                        "error", self.metrics.store_failures, STORES, STORE_ERRORS)
+                        "error", self.metrics.store_failures, STORES, STORE_ERRORS, (DATA_DIR_REMOVED,))
         lost = CounterMetricFamily("namesrv_log_lines_lost", "Log lines not written because the log's file or "
                                    "stdout refused them (a full disk: ENOSPC), by error; once it can be written "
                                    "again, one warning line in the log gives their number and when",
@@ -378,10 +393,12 @@ class NamesrvCollector(Collector):
 
 
 def _by_store(name: str, documentation: str, label: str, counts: Counter[tuple[str, str]],
-              stores: tuple[str, ...], values: tuple[str, ...]) -> Metric:
-    """A counter by (store, ``label``), every pair of ``stores`` x ``values`` served from the start."""
+              stores: tuple[str, ...], values: tuple[str, ...],
+              also: tuple[tuple[str, str], ...] = ()) -> Metric:
+    """A counter by (store, ``label``), every pair of ``stores`` x ``values`` and of ``also`` served from
+    the start."""
     family = CounterMetricFamily(name, documentation, labels=["store", label])
-    for store, value in sorted(set(counts) | {(s, v) for s in stores for v in values}):
+    for store, value in sorted(set(counts) | {(s, v) for s in stores for v in values} | set(also)):
         family.add_metric([store, value], counts[store, value])
     return family
 
