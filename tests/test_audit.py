@@ -12,6 +12,7 @@ from twisted.logger import capturedLogs, formatEvent
 from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.audit import OPERATIONS, RESULTS
 from twisted_namesrv.controller.audit import CONTROLLER_OPERATIONS
+from twisted_namesrv.escapes import CONTROLS
 from twisted_namesrv.logs import event_as_json_line
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
@@ -171,3 +172,27 @@ def test_an_event_keeps_at_most_a_few_hundred_characters_of_each_target(served):
     answer, events = ask(served, RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v",
                                                              "AccessKey": "A" * 5000}, account=None)
     assert audit_of(events)["claimed_access_key"] == "A" * 256 + "...(5000 characters)"
+
+
+def test_a_peer_s_names_and_values_are_quoted_and_forge_no_field_result_or_line(served):
+    """Names, keys, values and the accessKey a peer claims are its choice: unquoted, a KV key
+    ``k -> ok`` made a refused put's line read as done, a config value ``x, aclEnable=false`` a second
+    key, and a CR, LF, U+2028, U+2029, U+0085 or ESC a line of its own (or a recoloured terminal)
+    wherever the message is written without logs.py (formatEvent, a syslog observer).  Now any value
+    but a plain token is a JSON string, its control characters escapes; plain tokens stay as they are."""
+    forged = "k -> ok\r\n2026-11-28T00:00:00+0000 [twisted_namesrv.audit#info] audit \u2028\u2029\x85\x1b[31m"
+    answer, events = ask(served, RequestCode.PUT_KV_CONFIG,
+                         {"namespace": "ns", "key": forged, "value": "v", "AccessKey": "op (verified)"}, account=None)
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    text = formatEvent(events[0])
+    assert audit_of(events)["target"]["key"] == forged  # the event's fields keep it exact
+    assert text.endswith(' claimed accessKey="op (verified)" (unverified): namespace=ns key="k -> ok\\r\\n'
+                         '2026-11-28T00:00:00+0000 [twisted_namesrv.audit#info] audit \\u2028\\u2029\\u0085'
+                         '\\u001b[31m" -> refused ("No acl config for op (verified)")')
+    assert not CONTROLS.search(text) and len(text.splitlines()) == 1
+
+    body = b"productEnvName=x, aclEnable=false\norderMessageEnable=true\n"
+    answer, events = ask(served, RequestCode.UPDATE_NAMESRV_CONFIG, {}, body)
+    assert answer.code == ResponseCode.SUCCESS
+    assert formatEvent(events[0]).endswith(
+        ': config={productEnvName="x, aclEnable=false", orderMessageEnable=true} -> ok')

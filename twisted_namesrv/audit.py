@@ -20,8 +20,9 @@ the NameServer's); the composition root (service.py) constructs it once with the
 hands each listener's dispatcher (``Dispatcher.observe``) a ``Trail`` recording into it: a Trail
 hears every dispatched request with its answer and records those its table names; the operation
 and target are read from the request code and header here, so the handlers stay as they are.  The
-text line is escaped where it is written (logs.py): a name holding ESC, CR or a lone surrogate is
-still one line.
+text line quotes every name and value a peer chose unless it is a plain token (escapes.quoted: a
+JSON string, its control characters escapes), so the line is one line with its own fields wherever
+it is written; logs.py escapes what is left of a line's control characters too.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from typing import Any
 from twisted.logger import Logger, LogLevel
 
 from .context import Peer
-from .escapes import clipped_text
+from .escapes import clipped_text, quoted, quoted_sentence
 from .events import RecentEvents
 from .properties import load as load_properties
-from .remoting import RemotingCommand, RequestCode, ResponseCode
+from .remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
 from .remoting.codes import code_name
 from .state.acl import ACCESS_KEY, ACL_EXCEPTION, AccessControl
 from .state.config import masked
@@ -119,11 +120,14 @@ class AuditEvent:
                 "reason": self.reason}
 
     def line(self) -> str:
-        """The text log line: who did what to what, and how it ended."""
-        who = (f" accessKey={self.access_key} (verified)" if self.access_key else
-               f" claimed accessKey={self.claimed_access_key} (unverified)" if self.claimed_access_key else "")
-        target = " ".join(f"{k}={_shown(v)}" for k, v in self.target.items())
-        why = f" ({self.reason})" if self.reason else ""
+        """The text log line: who did what to what, and how it ended; every name and value a peer
+        chose is quoted unless a plain token (escapes.quoted), so no value forges a field, a result
+        or a line."""
+        who = (f" accessKey={quoted(self.access_key)} (verified)" if self.access_key else
+               f" claimed accessKey={quoted(self.claimed_access_key)} (unverified)" if self.claimed_access_key
+               else "")
+        target = " ".join(f"{quoted(k)}={_shown(v)}" for k, v in self.target.items())
+        why = f" ({quoted_sentence(self.reason)})" if self.reason else ""
         return (f"audit {self.operation} {self.request}({self.code}) from {self.peer}{who}: {target} "
                 f"-> {self.result}{why}")
 
@@ -148,10 +152,11 @@ def clipped(value: Any) -> Any:
 
 
 def _shown(value: Any) -> str:
-    """A target value in the text line: a config update's keys as ``{k=v, k=v}``."""
+    """A target value in the text line, quoted unless a plain token: a config update's keys as
+    ``{k=v, k="v w"}``."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
-    return str(value)
+        return "{" + ", ".join(f"{quoted(k)}={quoted(v)}" for k, v in value.items()) + "}"
+    return quoted(value)
 
 
 def _result(response: RemotingCommand | None, declines: frozenset[int] = frozenset()) -> tuple[str, str | None]:
@@ -215,9 +220,9 @@ class Trail:
 
     def _target(self, request: RemotingCommand) -> dict[str, Any]:
         if request.code in self.audited.config_codes:
-            try:
-                props = load_properties(bytes(request.body or b"").decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+            try:  # read as the handler reads it (Java's new String(body, UTF_8))
+                props = load_properties(fastjson.java_utf8_decoded(bytes(request.body or b"")))
+            except ValueError:
                 return {"config": "(unreadable body)"}
             return {"config": masked(props)}
         ext = request.ext
