@@ -14,7 +14,7 @@ from twisted.internet import task
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 
 from tests import built
-from twisted_namesrv import compat
+from twisted_namesrv import compat, properties
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState, Peer
@@ -709,6 +709,25 @@ def test_update_config_refuses_control_characters_and_changes_nothing(ns, value)
     (line,) = [formatEvent(e) for e in events if e.get("refused") == "config_value"]
     assert "127.0.0.1:40000" in line and "productEnvName" in line
     assert ns.state.refusals.counts["remoting", "config_value"] == 1
+
+
+def test_update_config_reads_a_body_that_is_not_utf8_as_java_does(ns):
+    """Java reads the body as ``new String(body, UTF_8)``: each malformed sequence one U+FFFD (a
+    surrogate's three-byte form one, not one a byte), and the update goes on.  This server refused the
+    whole body (``string2Properties error``), where Java took it; now it reads what Java reads, and the
+    properties read go through the same checks: a control character beside the bad bytes is still
+    refused (config_value), and what is taken is saved and read back as itself."""
+    body = b"productEnvName=a\xffb\xed\xa0\x80c\xc0\xafd\xe2\x82\n"
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    taken = "a\ufffdb\ufffdc\ufffd\ufffdd\ufffd"
+    assert ns.config["productEnvName"] == taken and config_keys(ns)["productEnvName"] == taken
+    written = dict(properties.pairs(ns.config_path.read_text()))
+    assert written["productEnvName"] == taken
+
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"productEnvName=x\xff\x1b[2Jy\n")
+    assert answer.code == ResponseCode.NO_PERMISSION and "U+001B" in answer.remark
+    assert ns.config["productEnvName"] == taken and ns.state.refusals.counts["remoting", "config_value"] == 1
 
 
 def test_update_config_refuses_a_body_over_64_kib_unread(ns):

@@ -746,9 +746,9 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand,
     if too_big:
         state.refusals("remoting", "config_size", peer.address, "updateNamesrvConfig with {why}", why=too_big)
         return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {too_big}.")
-    try:
-        props = properties.load(bytes(request.body).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    try:  # as Java reads it: new String(body, UTF_8), malformed bytes U+FFFD, then the same checks
+        props = properties.load(fastjson.java_utf8_decoded(bytes(request.body)))
+    except ValueError:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
     blocked = sorted(set(props) & state.config.blocked_keys())
     if blocked:
