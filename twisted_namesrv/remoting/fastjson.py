@@ -96,7 +96,27 @@ def dumps(value: Any, standard: bool = False) -> str:
     """Serialize like fastjson's ``JSON.toJSONString`` (see module docstring)."""
     out: list[str] = []
     _write(value, standard, out)
-    return "".join(out)
+    text = "".join(out)
+    # ASCII with no escape and no DEL (every broker's and topic's name, in practice): as the json module wrote it
+    if standard or text.isascii() and "\\u" not in text and "\x7f" not in text:
+        return text
+    return _plain_escapes(text)
+
+
+#: what fastjson's plain writer escapes in a string and the json module leaves raw: DEL, C1, U+2028, U+2029
+_RAW_TO_FASTJSON = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def _plain_escapes(text: str) -> str:
+    """A plain document's strings escaped as fastjson 1.2's SerializeWriter escapes them: DEL, C1,
+    U+2028 and U+2029 as ``\\uXXXX`` (the json module wrote them raw), and the C0 characters it
+    writes as ``\\u00XX`` with upper-case hex (the json module's ``\\u001f`` is fastjson's ``\\u001F``).
+    Outside its strings a document is ASCII with no backslash, so every one is a string's own.
+    Before, 44 characters of the BMP were written otherwise than Java writes them (each character
+    in a string, the whole plane compared with fastjson 1.2.69 and 1.2.83), so a name holding one
+    (any peer's topic, broker or KV value) was answered in bytes no Java NameServer sends."""
+    text = _RAW_TO_FASTJSON.sub(lambda m: f"\\u{ord(m.group()):04X}", text)
+    return _LOWER_HEX_ESCAPE.sub(lambda m: m.group(1) + "\\u" + m.group(2).upper(), text)
 
 
 def dumps_bytes(value: Any, standard: bool = False) -> bytes:
