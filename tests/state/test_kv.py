@@ -112,13 +112,48 @@ def test_loads_a_java_written_file_and_drops_null_values(tmp_path):
     assert kv.get_kv_list("ORDER_TOPIC_CONFIG") == {"OrderTopic": "broker-a:2"}
 
 
+#: (the file, the table Java's KVConfigManager read from it: fastjson 1.2.69 and 1.2.83 into
+#: KVConfigSerializeWrapper, printed by the reference rig's classes; nulls, which Java keeps and
+#: then treats as absent, left out)
+JAVA_READ = [
+    (b'{"configTable":{"NS":{"a":1,"b":-0,"c":12345678901234567890,"e":-12}}}',
+     {"NS": {"a": "1", "b": "-0", "c": "12345678901234567890", "e": "-12"}}),
+    (b'{"configTable":{"NS":{"a":1.50,"b":1e3,"c":0.1e-2,"d":1E+2,"e":-0.0,"f":2.5E10,"g":1e400}}}',
+     {"NS": {"a": "1.50", "b": "1E+3", "c": "0.001", "d": "1E+2", "e": "0.0", "f": "2.5E+10", "g": "1E+400"}}),
+    (b'{"configTable":{"NS":{"a":true,"b":false,"c":null}}}', {"NS": {"a": "true", "b": "false"}}),
+    (b'{"configTable":{"NS":{"e":{"y":1,"x":[1,"s",null,1.50,true],"z":{}},"f":[1,2],"g":[],'
+     b'"h":{"b":"\\u00e9/","a":"q\\"\\\\"},"i":{"k":null}}}}',
+     {"NS": {"e": '{"x":[1,"s",null,1.50,true],"y":1,"z":{}}', "f": "[1,2]", "g": "[]",
+             "h": '{"a":"q\\"\\\\","b":"\u00e9/"}', "i": "{}"}}),
+    (b'{"configTable":{"NS":{"o":{"zz":1,"a":2,"mm":3,"b":4,"topicA":5,"ORDER":6}}}}',  # a HashMap's order
+     {"NS": {"o": '{"zz":1,"mm":3,"topicA":5,"a":2,"ORDER":6,"b":4}'}}),
+    (b'{"configTable":{"NS":{"a":{"k":1.0},"b":[1e3,-0,1.50E2],"c":{"k":"\\u2028\\u007f\\u0001"}}}}',
+     {"NS": {"a": '{"k":1.0}', "b": "[1E+3,0,150]", "c": '{"k":"\\u2028\\u007F\\u0001"}'}}),
+    (b'{"configTable":{"NS":null,"M":{"a":"b"}}}', {"M": {"a": "b"}}),
+    (b'{"configTable":{"NS":{"a":"1","a":"2"},"NS":{"b":"3"}}}', {"NS": {"b": "3"}}),
+    (b"null", {}), (b"{}", {}), (b'{"configTable":null}', {}),
+]
+
+
+@pytest.mark.parametrize(("content", "java"), JAVA_READ)
+def test_a_value_that_is_not_a_string_loads_as_java_reads_it(tmp_path, content, java):
+    """Java reads a value that is not a string as the text fastjson fills a String with; this server
+    took Python's str() of it (``True``, ``{'a': 1}``, ``1000.0`` for ``1e3``), so the same file
+    answered GET_KV_CONFIG and the routes' orderTopicConf otherwise than Java, and a null namespace
+    or document stopped the start where Java's starts."""
+    path = tmp_path / "kvConfig.json"
+    path.write_bytes(content)
+    assert file_backed(path).configTable == java
+
+
 def test_missing_file_is_an_empty_table(tmp_path):
     kv = file_backed(tmp_path / "absent.json")
     assert kv.configTable == {}
     assert not (tmp_path / "absent.json").exists()
 
 
-@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"configTable": {"NS": "flat"}}', b"\xff\xfe"])
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"configTable": {"NS": "flat"}}', b"\xff\xfe",
+                                     b'{"configTable":""}', b'{"configTable":0}', b'{"configTable":{"NS":["x"]}}', b"5"])
 def test_corrupt_file_raises_naming_the_file(tmp_path, content):
     path = tmp_path / "kvConfig.json"
     path.write_bytes(content)

@@ -20,6 +20,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from typing import Any, TypeVar
 
 import msgspec
@@ -168,6 +169,8 @@ def _write(value: Any, standard: bool, out: list[str]) -> None:
         out.append("]")
     elif value is None:
         out.append("null")
+    elif isinstance(value, Decimal):  # a BigDecimal (java_string_field: a number read into a String field)
+        out.append(java_big_decimal(value))
     else:
         raise TypeError(f"cannot serialize {type(value).__name__}")
 
@@ -227,6 +230,73 @@ def loads(data: bytes | str) -> Any:
             return json.loads(_quote_bare_keys(text))
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+class JsonInteger(str):
+    """An integer as its literal text (``loads_keeping_numbers``): fastjson fills a String field with it."""
+
+    __slots__ = ()
+
+
+class JsonDecimal(str):
+    """A number with a fraction or an exponent as its literal text (``loads_keeping_numbers``)."""
+
+    __slots__ = ()
+
+
+def loads_keeping_numbers(data: bytes | str) -> Any:
+    """``loads`` with every number kept as its literal text (a JsonInteger or a JsonDecimal), for
+    ``java_string_field``: fastjson fills a String field from a number's text, not its value."""
+    text = data if isinstance(data, str) else str(data, "utf-8")
+    try:
+        try:
+            return json.loads(text, parse_int=JsonInteger, parse_float=JsonDecimal)
+        except ValueError:
+            return json.loads(_quote_bare_keys(text), parse_int=JsonInteger, parse_float=JsonDecimal)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def java_big_decimal(value: Decimal) -> str:
+    """``BigDecimal.toString()``: the same scientific notation as Python's Decimal (``1E+3``,
+    ``1.50``, ``0.001``), but a zero has no sign (``-0.0`` is ``0.0``)."""
+    return str(value.copy_abs() if value.is_zero() else value)
+
+
+def java_string_field(value: Any) -> str | None:
+    """What fastjson 1.2 fills a String field with (StringCodec: a HashMap<String, String>'s value,
+    as extFields and the KV file's tables are read) from a JSON value: a string itself; an integer
+    its literal text (``-0``, ``12345678901234567890``); a number with a fraction or an exponent as
+    a BigDecimal writes it (``1.50``, ``1E+3``); ``true``, ``false``; an object or an array the JSON
+    fastjson writes of it (a JSONObject is a HashMap: its keys in a HashMap's order, its nulls left
+    out, its numbers as Java's Integer, Long, BigInteger and BigDecimal write them); null None.
+    Checked with fastjson 1.2.69 and 1.2.83 reading KVConfigSerializeWrapper.  Numbers are exact
+    when read by ``loads_keeping_numbers``; an int or float read by ``loads`` is written as its value."""
+    if value is None:
+        return None
+    if isinstance(value, JsonDecimal):
+        return java_big_decimal(Decimal(value))
+    if isinstance(value, str):  # a string, or an integer's literal (JsonInteger)
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return dumps(_as_java(value))
+
+
+def _as_java(value: Any) -> Any:
+    """A value inside an object or array java_string_field writes: numbers as Java's classes hold
+    them, objects in a HashMap's order."""
+    if isinstance(value, JsonInteger):
+        return int(value)
+    if isinstance(value, JsonDecimal):
+        return Decimal(value)
+    if isinstance(value, dict):
+        return java_hash_map({str(k): _as_java(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_as_java(item) for item in value]
+    return value
 
 
 def java_string_hash(text: str) -> int:

@@ -61,6 +61,49 @@ def _entry_size(key: str, value: str) -> int:
     return len(fastjson.dumps_stored(key)) + 1 + len(fastjson.dumps_stored(value))
 
 
+def read_table(data: bytes) -> Table:
+    """The table of a KV file as Java's KVConfigManager reads it (fastjson 1.2.69 and 1.2.83 into
+    KVConfigSerializeWrapper): a value that is not a string is the text fastjson fills a String with
+    (``fastjson.java_string_field``: ``1.50``, ``true``, an object's JSON), a null value or namespace
+    is left out (Java keeps it and then treats it as absent, and writes none), a document that is null
+    or holds no configTable is an empty table; a namespace or configTable that is not an object is a
+    ValueError, as Java's start fails on it.  Before, a value was Python's ``str()`` of it (``True``,
+    ``{'a': 1}``, ``1000.0`` for ``1e3``), and a null namespace or document stopped the start."""
+    obj = fastjson.loads(data)
+    if not _strings_only(obj):  # a number, a bool, an object as a value: its literal text matters
+        obj = fastjson.loads_keeping_numbers(data)
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise ValueError(f"not a JSON object but {_json_kind(obj)}")
+    table = obj.get("configTable")
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise ValueError(f"configTable is not an object but {_json_kind(table)}")
+    read: Table = {}
+    for namespace, entries in table.items():
+        if entries is None:
+            continue
+        if not isinstance(entries, dict):
+            raise ValueError(f"namespace {namespace!r:.80} is not an object but {_json_kind(entries)}")
+        read[namespace] = {key: text for key, value in entries.items()
+                           if (text := fastjson.java_string_field(value)) is not None}
+    return read
+
+
+def _strings_only(obj: object) -> bool:
+    """Whether every value of every namespace is a string or null (what this server and Java write)."""
+    table = obj.get("configTable") if isinstance(obj, dict) else None
+    return not isinstance(table, dict) or all(
+        not isinstance(entries, dict) or all(value is None or type(value) is str for value in entries.values())
+        for entries in table.values())
+
+
+def _json_kind(value: object) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+
+
 class KVConfigError(Exception):
     """The persisted KV file exists but cannot be read: refuse to start rather than empty it."""
 
@@ -129,12 +172,9 @@ class KVConfigManager:
         if not data.strip():
             return  # Java reads an empty file as an empty table
         try:
-            obj = fastjson.loads(data)
-            table = obj.get("configTable") or {}
-            self.configTable = {str(ns): {str(k): str(v) for k, v in kv.items() if v is not None}
-                                for ns, kv in table.items()}
+            self.configTable = read_table(data)
             self.size = len(self.encode())
-        except (ValueError, AttributeError, TypeError) as exc:
+        except ValueError as exc:
             raise KVConfigError(f"cannot load KV config {path}: {exc}") from None
 
     def encode(self, table: dict[str, dict[str, str]] | None = None) -> bytes:
