@@ -153,7 +153,8 @@ def test_missing_file_is_an_empty_table(tmp_path):
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"configTable": {"NS": "flat"}}', b"\xff\xfe",
-                                     b'{"configTable":""}', b'{"configTable":0}', b'{"configTable":{"NS":["x"]}}', b"5"])
+                                     b'{"configTable":""}', b'{"configTable":0}', b'{"configTable":{"NS":["x"]}}',
+                                     b"5"])
 def test_corrupt_file_raises_naming_the_file(tmp_path, content):
     path = tmp_path / "kvConfig.json"
     path.write_bytes(content)
