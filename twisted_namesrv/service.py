@@ -68,7 +68,7 @@ from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.costly import KeepTimers
 from .state.hosts import host_port
-from .state.kv import KVConfigError, KVConfigManager
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, ORDER_TOPIC_CONFIG_MAX_BYTES, KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
 from .state.store import Save, Saved, SavesOfNewest, StoreError, unwritable
 from .state.topology import Topology
@@ -212,7 +212,8 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     applied_anyway = store_refusal(metrics.store_failures, "the change is applied in memory only, until the restart")
     config_file = FileWriter(clock, config["configStorePath"], "configStorePath")  # off the reactor thread, too
     config_saves = SavesOfNewest(saved_by(config_file, applied_anyway), lambda: java_utf8(config.stored_text()))
-    kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"])
+    kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"],
+                         {NAMESPACE_ORDER_TOPIC_CONFIG: ORDER_TOPIC_CONFIG_MAX_BYTES})
     kv.load(kv_path)
     _say_what_was_read(config, kv, kv_path)
     steady = steady_seconds(clock)  # heartbeats, windows and counts: no clock step (clocks.py)

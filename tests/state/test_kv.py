@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from twisted_namesrv.remoting import fastjson
 from twisted_namesrv.state import kv as kv_module
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigError, KVConfigManager, KVLimitError
 from twisted_namesrv.state.store import SavesOfNewest, StoreError, at_once, write_atomically
@@ -203,6 +204,34 @@ def test_a_change_that_would_grow_the_table_past_its_limit_changes_nothing(tmp_p
     limit[0] = 0  # no limit
     kv.put("NS", "k3", "v" * 1000)
     assert len(writes) == 4 and kv.get("NS", "k3") == "v" * 1000
+
+
+def test_a_namespace_bounded_on_its_own_refuses_what_grows_it_past_its_bound(tmp_path):
+    """5.x answers every broker's registration and heartbeat with the whole ORDER_TOPIC_CONFIG
+    namespace: 10,400 order topics put by any peer (no ACL) within maxKvBytes made each answer 8 MB,
+    every 30 s, to every broker.  A namespace bounded on its own (``bounds``) is held to its bound by
+    the rule of the whole table's: a change that grows it past the bound is refused, one that does not
+    is taken; other namespaces are not held to it; its size is counted change by change, staged writes
+    and failed ones included, and read from the file at a load."""
+    path = tmp_path / "kvConfig.json"
+    writes: list[bytes] = []
+    kv = KVConfigManager(at_once(writes.append), lambda: 0, {"ORDER": 50})
+    kv.put("ORDER", "T1", "a:1")
+    kv.put("ORDER", "T2", "b:2" * 5)
+    with pytest.raises(KVLimitError, match=r"ORDER would be 55 bytes, over the 50 it may hold"):
+        kv.put("ORDER", "T3", "c:3" * 4)
+    assert kv.get_kv_list("ORDER") == {"T1": "a:1", "T2": "b:2" * 5}
+    kv.put("OTHER", "T3", "c:3" * 400)  # another namespace: only the whole table's limit (none here)
+    kv.put("ORDER", "T2", "b:2")  # a shrink, then room again
+    kv.put("ORDER", "T3", "c:3" * 4)
+    assert kv.bounded["ORDER"] == len(fastjson.dumps_stored(kv.get_kv_list("ORDER")))
+    path.write_bytes(writes[-1])
+    again = KVConfigManager(at_once(writes.append), lambda: 0, {"ORDER": 40})  # a lowered bound, over it
+    again.load(path)
+    assert again.bounded["ORDER"] == kv.bounded["ORDER"] > 40
+    again.delete("ORDER", "T1")  # what does not grow it still goes
+    with pytest.raises(KVLimitError):
+        again.put("ORDER", "T9", "x")
 
 
 def test_a_loaded_table_over_the_limit_is_kept_and_shrinks(tmp_path):
