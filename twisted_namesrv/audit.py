@@ -42,6 +42,7 @@ from .remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
 from .remoting.codes import code_name
 from .state.acl import ACCESS_KEY, ACL_EXCEPTION, AccessControl
 from .state.config import masked
+from .state.store import CANNOT_SAVE
 
 log = Logger(namespace="twisted_namesrv.audit")
 
@@ -61,6 +62,8 @@ class Audited:
     #: nor failed (the controller's: a master not available yet, a fenced epoch - nothing failed to
     #: save, nobody asked for what they may not)
     declines: frozenset[int] = frozenset()
+    #: which of the other answers are failures, by their remark (None: every one); the rest are refused
+    failures: Callable[[str], bool] | None = None
 
 
 #: the NameServer's: request code -> operation
@@ -84,13 +87,18 @@ NAMESRV = Audited(OPERATIONS, {
     RequestCode.RETIRE_BROKER_GROUP: ("clusterName", "brokerName", "brokerId"),
 }, frozenset({RequestCode.UPDATE_NAMESRV_CONFIG}),
     # how many topics a write-permission change touched, what a retirement forgot
-    ("wipeTopicCount", "addTopicCount", "retired"), code_name)
+    ("wipeTopicCount", "addTopicCount", "retired"), code_name,
+    # failed: a change the disk refused (StoreError's text), which pages; Java's SYSTEM_ERROR to a request
+    # of its own fault (no namespace, a body that is no properties text, a value out of range) and our
+    # limits' answers are refused: any peer without ACL sent one in a loop and paged whoever was on call
+    failures=lambda remark: CANNOT_SAVE in remark)
 
 #: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters, or aimed
 #: at what it may not change (INVALID_PARAMETER, QUERY_NOT_FOUND: a retirement of a registered or unknown
 #: group); declined: the listener's state machine's own "not now" (``Audited.declines``: the controller's
 #: answer to a broker outside the last sync-state set, which retries every 5 s: logged at info, no alert);
-#: failed: any other answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
+#: failed: a save that failed (namesrv_admin_requests_total{result="failed"} pages; ``Audited.failures`` says
+#: which answers are: the NameServer's, a StoreError's; any other answer of the controller's); else refused
 RESULTS = ("ok", "refused", "declined", "failed")
 _REFUSALS = frozenset({ResponseCode.NO_PERMISSION, ResponseCode.INVALID_PARAMETER, ResponseCode.QUERY_NOT_FOUND})
 
@@ -159,14 +167,16 @@ def _shown(value: Any) -> str:
     return quoted(value)
 
 
-def _result(response: RemotingCommand | None, declines: frozenset[int] = frozenset()) -> tuple[str, str | None]:
+def _result(response: RemotingCommand | None, audited: Audited) -> tuple[str, str | None]:
     if response is None or response.code == ResponseCode.SUCCESS:
         return "ok", None
     remark = response.remark or ""
     reason = remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
     if response.code in _REFUSALS or remark.startswith(ACL_EXCEPTION):
         return "refused", reason
-    return ("declined" if response.code in declines else "failed"), reason
+    if response.code in audited.declines:
+        return "declined", reason
+    return ("failed" if audited.failures is None or audited.failures(remark) else "refused"), reason
 
 
 class AuditTrail:
@@ -208,7 +218,7 @@ class Trail:
     def event(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
         """The audit event of an answered (or oneway) request whose code the table names."""
         audited = self.audited
-        result, reason = _result(response, audited.declines)
+        result, reason = _result(response, audited)
         target = self._target(request)
         if response is not None:
             target.update({k: response.ext[k] for k in audited.effects if response.ext.get(k) is not None})
