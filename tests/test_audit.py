@@ -12,6 +12,7 @@ from twisted.logger import capturedLogs, formatEvent
 from tests.web.test_metrics_and_api import Served, value
 from twisted_namesrv.audit import OPERATIONS, RESULTS
 from twisted_namesrv.controller.audit import CONTROLLER_OPERATIONS
+from twisted_namesrv.escapes import CONTROLS
 from twisted_namesrv.logs import event_as_json_line
 from twisted_namesrv.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from twisted_namesrv.remoting.codes import V5_3_3
@@ -112,13 +113,13 @@ def test_refusals_and_failures_are_audited_too(served):
     assert audit_of(events)["result"] == "refused"
     assert audit_of(events)["target"] == {"config": {"listenPort": "1", "tls.server.keyPassword": MASK}}
 
-    answer, events = ask(served, RequestCode.PUT_KV_CONFIG, {"key": "k"})  # no namespace
-    assert answer.code == ResponseCode.SYSTEM_ERROR and audit_of(events)["result"] == "failed"
+    answer, events = ask(served, RequestCode.PUT_KV_CONFIG, {"key": "k"})  # no namespace: Java's answer, refused
+    assert answer.code == ResponseCode.SYSTEM_ERROR and audit_of(events)["result"] == "refused"
 
     samples = served.scrape()
-    assert value(samples, "namesrv_admin_requests_total", operation="put_kv_config", result="refused") == 2
+    assert value(samples, "namesrv_admin_requests_total", operation="put_kv_config", result="refused") == 3
     assert value(samples, "namesrv_admin_requests_total", operation="update_namesrv_config", result="refused") == 1
-    assert value(samples, "namesrv_admin_requests_total", operation="put_kv_config", result="failed") == 1
+    assert value(samples, "namesrv_admin_requests_total", operation="put_kv_config", result="failed") == 0
 
 
 def test_reads_leave_no_trail_and_every_series_is_there_from_the_start(served):
@@ -171,3 +172,53 @@ def test_an_event_keeps_at_most_a_few_hundred_characters_of_each_target(served):
     answer, events = ask(served, RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v",
                                                              "AccessKey": "A" * 5000}, account=None)
     assert audit_of(events)["claimed_access_key"] == "A" * 256 + "...(5000 characters)"
+
+
+def test_a_peer_s_names_and_values_are_quoted_and_forge_no_field_result_or_line(served):
+    """Names, keys, values and the accessKey a peer claims are its choice: unquoted, a KV key
+    ``k -> ok`` made a refused put's line read as done, a config value ``x, aclEnable=false`` a second
+    key, and a CR, LF, U+2028, U+2029, U+0085 or ESC a line of its own (or a recoloured terminal)
+    wherever the message is written without logs.py (formatEvent, a syslog observer).  Now any value
+    but a plain token is a JSON string, its control characters escapes; plain tokens stay as they are."""
+    forged = "k -> ok\r\n2026-11-28T00:00:00+0000 [twisted_namesrv.audit#info] audit \u2028\u2029\x85\x1b[31m"
+    answer, events = ask(served, RequestCode.PUT_KV_CONFIG,
+                         {"namespace": "ns", "key": forged, "value": "v", "AccessKey": "op (verified)"}, account=None)
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    text = formatEvent(events[0])
+    assert audit_of(events)["target"]["key"] == forged  # the event's fields keep it exact
+    assert text.endswith(' claimed accessKey="op (verified)" (unverified): namespace=ns key="k -> ok\\r\\n'
+                         '2026-11-28T00:00:00+0000 [twisted_namesrv.audit#info] audit \\u2028\\u2029\\u0085'
+                         '\\u001b[31m" -> refused ("No acl config for op (verified)")')
+    assert not CONTROLS.search(text) and len(text.splitlines()) == 1
+
+    body = b"productEnvName=x, aclEnable=false\norderMessageEnable=true\n"
+    answer, events = ask(served, RequestCode.UPDATE_NAMESRV_CONFIG, {}, body)
+    assert answer.code == ResponseCode.SUCCESS
+    assert formatEvent(events[0]).endswith(
+        ': config={productEnvName="x, aclEnable=false", orderMessageEnable=true} -> ok')
+
+
+def test_only_a_change_the_disk_refused_is_failed_never_a_request_s_own_fault(served, tmp_path):
+    """``failed`` pages (NamesrvAdminRequestsFailing, critical: "could not be saved, a full disk?").
+    Java answers SYSTEM_ERROR to a request of its own fault, and so do our limits: any peer without ACL
+    sent a put without a namespace, a config body that is no properties text or a put past maxKvBytes
+    in a loop, each counted failed, and paged whoever was on call for a disk that was fine.  Those
+    are refused now; a save the disk refused is still failed."""
+    open_server = Served(tmp_path / "open", maxKvBytes=300)
+    for code, ext, body in [
+            (RequestCode.PUT_KV_CONFIG, {"key": "k", "value": "v"}, None),
+            (RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v" * 400}, None),
+            (RequestCode.UPDATE_NAMESRV_CONFIG, {}, b"productEnvName=\\uZZZZ\n")]:
+        answer, events = ask(open_server, code, ext, body, account=None)
+        assert answer.code != ResponseCode.SUCCESS and audit_of(events)["result"] == "refused", answer.remark
+    samples = open_server.scrape()
+    assert not any(value(samples, "namesrv_admin_requests_total", operation=o, result="failed")
+                   for o in OPERATIONS.values())
+
+    kv_path = tmp_path / "open" / "kv.json"
+    kv_path.unlink(missing_ok=True)
+    kv_path.mkdir(parents=True)  # a directory where the file belongs: the save fails
+    answer, events = ask(open_server, RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"},
+                         account=None)
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "cannot save" in answer.remark
+    assert audit_of(events)["result"] == "failed"

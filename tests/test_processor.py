@@ -14,7 +14,7 @@ from twisted.internet import task
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 
 from tests import built
-from twisted_namesrv import compat
+from twisted_namesrv import compat, properties
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig, encode_register_body
 from twisted_namesrv.bodies.route import DataVersion
 from twisted_namesrv.context import NamesrvState, Peer
@@ -726,6 +726,25 @@ def test_update_config_refuses_control_characters_and_changes_nothing(ns, value)
     assert ns.state.refusals.counts["remoting", "config_value"] == 1
 
 
+def test_update_config_reads_a_body_that_is_not_utf8_as_java_does(ns):
+    """Java reads the body as ``new String(body, UTF_8)``: each malformed sequence one U+FFFD (a
+    surrogate's three-byte form one, not one a byte), and the update goes on.  This server refused the
+    whole body (``string2Properties error``), where Java took it; now it reads what Java reads, and the
+    properties read go through the same checks: a control character beside the bad bytes is still
+    refused (config_value), and what is taken is saved and read back as itself."""
+    body = b"productEnvName=a\xffb\xed\xa0\x80c\xc0\xafd\xe2\x82\n"
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    taken = "a\ufffdb\ufffdc\ufffd\ufffdd\ufffd"
+    assert ns.config["productEnvName"] == taken and config_keys(ns)["productEnvName"] == taken
+    written = dict(properties.pairs(ns.config_path.read_text()))
+    assert written["productEnvName"] == taken
+
+    answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"productEnvName=x\xff\x1b[2Jy\n")
+    assert answer.code == ResponseCode.NO_PERMISSION and "U+001B" in answer.remark
+    assert ns.config["productEnvName"] == taken and ns.state.refusals.counts["remoting", "config_value"] == 1
+
+
 def test_update_config_refuses_a_body_over_64_kib_unread(ns):
     """The whole configuration is under 4 KiB; a 16 MiB body of newlines held the reactor for seconds."""
     answer = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n" + b"\n" * 65536)
@@ -906,6 +925,40 @@ def test_route_answers_follow_order_topic_config(ns):
     assert route_of(ns)["orderTopicConf"] == "a:2"
     ns.call(RequestCode.DELETE_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T1"})
     assert "orderTopicConf" not in route_of(ns)
+
+
+@pytest.mark.parametrize(("key", "value"), [("T1", "x"), ("T1", "a:x"), ("T1", "a:2147483647"), ("T1", "a:4;;b:4"),
+                                          ("T1", ":4"), ("T1", "a\x1b[2J:4"), ("T 1", "a:1"), ("T" * 128, "a:1")])
+def test_an_order_topic_conf_no_producer_could_use_is_refused_and_changes_nothing(ns, key, value):
+    """Every Java producer of the topic parses the route's orderTopicConf (split on ';' and ':',
+    Integer.parseInt, a MessageQueue a queue): one unsigned put of ``x`` made each producer's route
+    update throw (the topic unusable), ``a:2147483647`` made each build 2^31 queues.  Java's NameServer
+    stores either; here a value no producer could use, or a key no client looks up, is refused
+    (order_topic_conf: a line and a count), and nothing changes."""
+    ns.register()
+    ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+    ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T1", "value": "a:1"})
+    before = ns.state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, key)
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": key,
+                                                     "value": value})
+    assert answer.code == ResponseCode.NO_PERMISSION and answer.remark.startswith("putKVConfig refused: ")
+    assert ns.state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, key) == before
+    assert route_of(ns)["orderTopicConf"] == "a:1"
+    (line,) = [formatEvent(e) for e in events if e.get("refused") == "order_topic_conf"]
+    assert "127.0.0.1:40000" in line and "\x1b" not in line
+    assert ns.state.refusals.counts["remoting", "order_topic_conf"] == 1
+
+
+def test_an_order_topic_conf_producers_parse_is_taken_as_java_takes_it(ns):
+    ns.register()
+    ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+    for value in ("broker-a:4;broker-b:4", "a:1;", "a:-3", "a:+5;b:65531", "a:1:2", ";;", ""):
+        put = {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "%RETRY%g|T-1_x", "value": value}
+        assert ns.call(RequestCode.PUT_KV_CONFIG, put).code == ResponseCode.SUCCESS, value
+    put = {"namespace": "OTHER", "key": "T 1", "value": "x"}  # other namespaces hold anything
+    assert ns.call(RequestCode.PUT_KV_CONFIG, put).code == ResponseCode.SUCCESS
+    assert ns.state.refusals.counts["remoting", "order_topic_conf"] == 0
 
 
 def test_5_3_3_route_answers_follow_register_topic_and_acting_master(tmp_path):

@@ -26,8 +26,9 @@ from twisted_namesrv.bodies.register import (
 )
 from twisted_namesrv.bodies.route import DataVersion, QueueData
 from twisted_namesrv.budget import MemoryBudget
-from twisted_namesrv.remoting import RequestCode, ResponseCode
+from twisted_namesrv.remoting import RequestCode, ResponseCode, fastjson
 from twisted_namesrv.remoting.codes import V4_9_8
+from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, ORDER_TOPIC_CONFIG_MAX_BYTES
 from twisted_namesrv.state.routes import FILTER_SERVERS_MAX
 from twisted_namesrv.state.snapshot import export_routes, import_routes
 
@@ -368,3 +369,24 @@ def test_a_kv_put_past_max_kv_bytes_is_refused_logged_and_counted(tmp_path):
     (line,) = [e for e in events if e.get("refused") == "max_kv_bytes"]
     assert line["log_level"].name == "warn" and line["key"] == "b"
     assert ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "a", "value": "w" * 500}).code == 0
+
+
+def test_the_order_topic_config_handed_to_every_broker_is_bounded_on_its_own(tmp_path):
+    """5.x answers each broker's registration and heartbeat with the whole ORDER_TOPIC_CONFIG
+    namespace.  Before, any peer (no ACL) could put 10,400 order topics within maxKvBytes (8 MiB), and
+    every registration answer, to every broker every 30 s, was 8,049,611 bytes.  The namespace is now
+    held to ORDER_TOPIC_CONFIG_MAX_BYTES (1 MiB) of its own: a put past it is refused as maxKvBytes
+    refuses (max_kv_bytes, nothing changed), so an answer carries at most that."""
+    entries = {f"T{n:07d}" + "x" * 100: "broker-a:8;" * 60 for n in range(1354)}  # 774 bytes each: 1 MiB
+    (tmp_path / "kvConfig.json").write_text(json.dumps({"configTable": {NAMESPACE_ORDER_TOPIC_CONFIG: entries}}))
+    ns = Namesrv(tmp_path, "5.3.3")
+    size = ns.state.kv.bounded[NAMESPACE_ORDER_TOPIC_CONFIG]
+    assert size == len(fastjson.dumps_stored(entries)) <= ORDER_TOPIC_CONFIG_MAX_BYTES
+    put = {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "TNext", "value": "broker-a:8;" * 60}
+    with capturedLogs() as events:
+        answer = ns.call(RequestCode.PUT_KV_CONFIG, put)
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "over the 1048576 it may hold" in answer.remark
+    assert ns.state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, "TNext") is None
+    assert [e["refused"] for e in events if "refused" in e] == ["max_kv_bytes"]
+    assert len(ns.register().body) < ORDER_TOPIC_CONFIG_MAX_BYTES + 100
+    assert ns.call(RequestCode.PUT_KV_CONFIG, {**put, "namespace": "OTHER"}).code == ResponseCode.SUCCESS

@@ -20,8 +20,9 @@ the NameServer's); the composition root (service.py) constructs it once with the
 hands each listener's dispatcher (``Dispatcher.observe``) a ``Trail`` recording into it: a Trail
 hears every dispatched request with its answer and records those its table names; the operation
 and target are read from the request code and header here, so the handlers stay as they are.  The
-text line is escaped where it is written (logs.py): a name holding ESC, CR or a lone surrogate is
-still one line.
+text line quotes every name and value a peer chose unless it is a plain token (escapes.quoted: a
+JSON string, its control characters escapes), so the line is one line with its own fields wherever
+it is written; logs.py escapes what is left of a line's control characters too.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from typing import Any
 from twisted.logger import Logger, LogLevel
 
 from .context import Peer
-from .escapes import clipped_text
+from .escapes import clipped_text, quoted, quoted_sentence
 from .events import RecentEvents
 from .properties import load as load_properties
-from .remoting import RemotingCommand, RequestCode, ResponseCode
+from .remoting import RemotingCommand, RequestCode, ResponseCode, fastjson
 from .remoting.codes import code_name
 from .state.acl import ACCESS_KEY, ACL_EXCEPTION, AccessControl
 from .state.config import masked
+from .state.store import CANNOT_SAVE
 
 log = Logger(namespace="twisted_namesrv.audit")
 
@@ -60,6 +62,8 @@ class Audited:
     #: nor failed (the controller's: a master not available yet, a fenced epoch - nothing failed to
     #: save, nobody asked for what they may not)
     declines: frozenset[int] = frozenset()
+    #: which of the other answers are failures, by their remark (None: every one); the rest are refused
+    failures: Callable[[str], bool] | None = None
 
 
 #: the NameServer's: request code -> operation
@@ -83,13 +87,18 @@ NAMESRV = Audited(OPERATIONS, {
     RequestCode.RETIRE_BROKER_GROUP: ("clusterName", "brokerName", "brokerId"),
 }, frozenset({RequestCode.UPDATE_NAMESRV_CONFIG}),
     # how many topics a write-permission change touched, what a retirement forgot
-    ("wipeTopicCount", "addTopicCount", "retired"), code_name)
+    ("wipeTopicCount", "addTopicCount", "retired"), code_name,
+    # failed: a change the disk refused (StoreError's text), which pages; Java's SYSTEM_ERROR to a request
+    # of its own fault (no namespace, a body that is no properties text, a value out of range) and our
+    # limits' answers are refused: any peer without ACL sent one in a loop and paged whoever was on call
+    failures=lambda remark: CANNOT_SAVE in remark)
 
 #: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters, or aimed
 #: at what it may not change (INVALID_PARAMETER, QUERY_NOT_FOUND: a retirement of a registered or unknown
 #: group); declined: the listener's state machine's own "not now" (``Audited.declines``: the controller's
 #: answer to a broker outside the last sync-state set, which retries every 5 s: logged at info, no alert);
-#: failed: any other answer (a save that failed: namesrv_admin_requests_total{result="failed"} pages)
+#: failed: a save that failed (namesrv_admin_requests_total{result="failed"} pages; ``Audited.failures`` says
+#: which answers are: the NameServer's, a StoreError's; any other answer of the controller's); else refused
 RESULTS = ("ok", "refused", "declined", "failed")
 _REFUSALS = frozenset({ResponseCode.NO_PERMISSION, ResponseCode.INVALID_PARAMETER, ResponseCode.QUERY_NOT_FOUND})
 
@@ -119,11 +128,14 @@ class AuditEvent:
                 "reason": self.reason}
 
     def line(self) -> str:
-        """The text log line: who did what to what, and how it ended."""
-        who = (f" accessKey={self.access_key} (verified)" if self.access_key else
-               f" claimed accessKey={self.claimed_access_key} (unverified)" if self.claimed_access_key else "")
-        target = " ".join(f"{k}={_shown(v)}" for k, v in self.target.items())
-        why = f" ({self.reason})" if self.reason else ""
+        """The text log line: who did what to what, and how it ended; every name and value a peer
+        chose is quoted unless a plain token (escapes.quoted), so no value forges a field, a result
+        or a line."""
+        who = (f" accessKey={quoted(self.access_key)} (verified)" if self.access_key else
+               f" claimed accessKey={quoted(self.claimed_access_key)} (unverified)" if self.claimed_access_key
+               else "")
+        target = " ".join(f"{quoted(k)}={_shown(v)}" for k, v in self.target.items())
+        why = f" ({quoted_sentence(self.reason)})" if self.reason else ""
         return (f"audit {self.operation} {self.request}({self.code}) from {self.peer}{who}: {target} "
                 f"-> {self.result}{why}")
 
@@ -148,20 +160,23 @@ def clipped(value: Any) -> Any:
 
 
 def _shown(value: Any) -> str:
-    """A target value in the text line: a config update's keys as ``{k=v, k=v}``."""
+    """A target value in the text line, quoted unless a plain token: a config update's keys as
+    ``{k=v, k="v w"}``."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
-    return str(value)
+        return "{" + ", ".join(f"{quoted(k)}={quoted(v)}" for k, v in value.items()) + "}"
+    return quoted(value)
 
 
-def _result(response: RemotingCommand | None, declines: frozenset[int] = frozenset()) -> tuple[str, str | None]:
+def _result(response: RemotingCommand | None, audited: Audited) -> tuple[str, str | None]:
     if response is None or response.code == ResponseCode.SUCCESS:
         return "ok", None
     remark = response.remark or ""
     reason = remark.removeprefix(ACL_EXCEPTION + ": ")[:200] or None
     if response.code in _REFUSALS or remark.startswith(ACL_EXCEPTION):
         return "refused", reason
-    return ("declined" if response.code in declines else "failed"), reason
+    if response.code in audited.declines:
+        return "declined", reason
+    return ("failed" if audited.failures is None or audited.failures(remark) else "refused"), reason
 
 
 class AuditTrail:
@@ -205,7 +220,7 @@ class Trail:
     def event(self, request: RemotingCommand, peer: Peer, response: RemotingCommand | None) -> AuditEvent:
         """The audit event of an answered (or oneway) request whose code the table names."""
         audited = self.audited
-        result, reason = _result(response, audited.declines)
+        result, reason = _result(response, audited)
         target = self._target(request)
         if response is not None:
             target.update({k: response.ext[k] for k in audited.effects if response.ext.get(k) is not None})
@@ -217,9 +232,9 @@ class Trail:
 
     def _target(self, request: RemotingCommand) -> dict[str, Any]:
         if request.code in self.audited.config_codes:
-            try:
-                props = load_properties(bytes(request.body or b"").decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+            try:  # read as the handler reads it (Java's new String(body, UTF_8))
+                props = load_properties(fastjson.java_utf8_decoded(bytes(request.body or b"")))
+            except ValueError:
                 return {"config": "(unreadable body)"}
             return {"config": masked(props)}
         ext = request.ext

@@ -16,6 +16,7 @@ holds the set to Python's own Unicode tables.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -76,6 +77,31 @@ def clipped_repr(value: object, most: int = SHOWN_MAX) -> str:
         return repr(value)
     quoted = repr(value[:most])
     return f"{quoted[:-1]}...({len(value)} characters){quoted[-1]}"
+
+
+#: a value a line for people shows as it is (``quoted``): ASCII letters, digits and ``. _ : / @ % + -``,
+#: which no reader takes for a field's end, a second field or a line's end
+_TOKEN = re.compile(r"[A-Za-z0-9._:/@%+\-]+")
+#: a sentence (an answer's remark) shown as it is in a line's closing parentheses: printable ASCII
+#: but what would end the parentheses early or start a quoted or forged part
+_SENTENCE = re.compile(r"[ !#-'*-=?-\[\]-~]+")
+
+
+def quoted(value: object) -> str:
+    """``str(value)`` as a field of a line that programs and people read (the audit trail's): itself
+    when a plain token (``broker-a``, ``10.0.0.7:51234``), else a JSON string with every control
+    character an escape (``json_escaped``).  A peer chooses KV names, broker names, config keys and
+    values and the accessKey it claims: unquoted, ``key=k -> ok`` or ``productEnvName=x,
+    aclEnable=false`` forged a result or a key inside the line, and a CR or U+2028 a line of its own
+    wherever the line is written without logs.py's escaping (``formatEvent``, a syslog observer)."""
+    text = str(value)
+    return text if _TOKEN.fullmatch(text) else json_escaped(json.dumps(text, ensure_ascii=False))
+
+
+def quoted_sentence(text: str) -> str:
+    """A sentence that may hold a peer's words (an answer's remark: ``No acl config for X``) as a
+    line's closing ``(...)`` shows it: as it is when plain (``sentence`` above), else quoted."""
+    return text if _SENTENCE.fullmatch(text) else quoted(text)
 
 
 def json_escaped(text: str) -> str:

@@ -40,6 +40,7 @@ from .bodies.route import (
 )
 from .cluster_info import ClusterInfoPieces
 from .context import NamesrvState, Peer
+from .escapes import clipped_text
 from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V3_0_11, V4_9_4, code_name
@@ -47,6 +48,7 @@ from .remoting.crc import crc32_masked_steps
 from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
+from .state.order_topics import order_topic_conf_problem
 from .state.registration import Memos, digests, plan_steps, registration_digest, request_of
 from .state.routes import (
     Channel,
@@ -126,6 +128,13 @@ def put_kv_config(state: NamesrvState, request: RemotingCommand,
     namespace, key = ext.get("namespace"), ext.get("key")
     if namespace is None or key is None:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "namespace or key is null")
+    if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:  # a route's orderTopicConf, parsed by every producer
+        problem = order_topic_conf_problem(key, ext.get("value"))
+        if problem:  # nothing changed (Java stores any value)
+            state.refusals("remoting", "order_topic_conf", peer.address,
+                           "putKVConfig ORDER_TOPIC_CONFIG/{key} refused: {why}", key=clipped_text(key), why=problem)
+            return respond(state, request, ResponseCode.NO_PERMISSION, f"putKVConfig refused: {problem}",
+                           normal=False)
     answer, saved = _answered_once_saved(state, request, "putKVConfig")
     try:
         state.kv.put(namespace, key, ext.get("value"), saved)
@@ -746,9 +755,9 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand,
     if too_big:
         state.refusals("remoting", "config_size", peer.address, "updateNamesrvConfig with {why}", why=too_big)
         return respond(state, request, ResponseCode.NO_PERMISSION, f"Can not update config: {too_big}.")
-    try:
-        props = properties.load(bytes(request.body).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    try:  # as Java reads it: new String(body, UTF_8), malformed bytes U+FFFD, then the same checks
+        props = properties.load(fastjson.java_utf8_decoded(bytes(request.body)))
+    except ValueError:
         return respond(state, request, ResponseCode.SYSTEM_ERROR, "string2Properties error")
     blocked = sorted(set(props) & state.config.blocked_keys())
     if blocked:

@@ -29,7 +29,7 @@ REASONS: dict[str, tuple[str, ...]] = {
                  "tls_handshake", "tls_renegotiation", "not_tls", "config_key", "config_value", "config_size",
                  "fd_reserve", "fd_table_full", "max_topics_per_broker", "max_broker_groups", "max_brokers",
                  "max_brokers_per_group", "max_topic_queue_entries", "max_name_length", "filter_servers",
-                 "max_kv_bytes", "max_connections_per_host", "crc32", "bad_request"),
+                 "max_kv_bytes", "order_topic_conf", "max_connections_per_host", "crc32", "bad_request"),
     "controller": ("acl", "frame_length", "header_length", "undecodable", "max_connections", "idle",
                    "memory_budget", "tls_handshake", "tls_renegotiation", "not_tls", "config_key", "config_value",
                    "config_size", "fd_reserve", "fd_table_full", "max_broker_groups", "max_brokers_per_group",

@@ -79,6 +79,19 @@ class TestFastjson:
         text = fastjson.dumps({"b": {1: "x/é", 0: "y"}, "a": 2 ** 60}, standard=True)
         assert text == '{"a":"1152921504606846976","b":{"0":"y","1":"x\\/\\u00E9"}}'
 
+    def test_plain_strings_escape_what_fastjson_escapes(self) -> None:
+        """fastjson 1.2.69 and 1.2.83 (the whole BMP compared, each character in a string of a list,
+        ``JSON.toJSONString``) escape DEL, C1, U+2028 and U+2029, which the json module wrote raw, and
+        write C0 escapes in upper-case hex: 44 characters were answered in bytes no Java NameServer
+        sends (a peer's topic or KV value holding one)."""
+        java = [0x0B, 0x0E, 0x0F, *range(0x1A, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]
+        for code in java:
+            char, escape = chr(code), f"\\u{code:04X}"
+            assert fastjson.dumps([f"x{char}"]) == f'["x{escape}"]'
+            assert fastjson.dumps({char: f"\u00e9{char}"}) == f'{{"{escape}":"\u00e9{escape}"}}'
+        assert fastjson.dumps(["\x01\t\\u001f", 0]) == '["\\u0001\\t\\\\u001f",0]'  # a backslash's u stays
+        assert fastjson.dumps(["plain", "\u00e9"]) == '["plain","\u00e9"]'
+
     def test_nulls_are_omitted(self) -> None:
         assert fastjson.dumps({"a": None, "b": {"c": None}, "d": [None]}) == '{"b":{},"d":[null]}'
 

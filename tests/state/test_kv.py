@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from twisted_namesrv.remoting import fastjson
 from twisted_namesrv.state import kv as kv_module
 from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigError, KVConfigManager, KVLimitError
 from twisted_namesrv.state.store import SavesOfNewest, StoreError, at_once, write_atomically
@@ -112,13 +113,49 @@ def test_loads_a_java_written_file_and_drops_null_values(tmp_path):
     assert kv.get_kv_list("ORDER_TOPIC_CONFIG") == {"OrderTopic": "broker-a:2"}
 
 
+#: (the file, the table Java's KVConfigManager read from it: fastjson 1.2.69 and 1.2.83 into
+#: KVConfigSerializeWrapper, printed by the reference rig's classes; nulls, which Java keeps and
+#: then treats as absent, left out)
+JAVA_READ = [
+    (b'{"configTable":{"NS":{"a":1,"b":-0,"c":12345678901234567890,"e":-12}}}',
+     {"NS": {"a": "1", "b": "-0", "c": "12345678901234567890", "e": "-12"}}),
+    (b'{"configTable":{"NS":{"a":1.50,"b":1e3,"c":0.1e-2,"d":1E+2,"e":-0.0,"f":2.5E10,"g":1e400}}}',
+     {"NS": {"a": "1.50", "b": "1E+3", "c": "0.001", "d": "1E+2", "e": "0.0", "f": "2.5E+10", "g": "1E+400"}}),
+    (b'{"configTable":{"NS":{"a":true,"b":false,"c":null}}}', {"NS": {"a": "true", "b": "false"}}),
+    (b'{"configTable":{"NS":{"e":{"y":1,"x":[1,"s",null,1.50,true],"z":{}},"f":[1,2],"g":[],'
+     b'"h":{"b":"\\u00e9/","a":"q\\"\\\\"},"i":{"k":null}}}}',
+     {"NS": {"e": '{"x":[1,"s",null,1.50,true],"y":1,"z":{}}', "f": "[1,2]", "g": "[]",
+             "h": '{"a":"q\\"\\\\","b":"\u00e9/"}', "i": "{}"}}),
+    (b'{"configTable":{"NS":{"o":{"zz":1,"a":2,"mm":3,"b":4,"topicA":5,"ORDER":6}}}}',  # a HashMap's order
+     {"NS": {"o": '{"zz":1,"mm":3,"topicA":5,"a":2,"ORDER":6,"b":4}'}}),
+    (b'{"configTable":{"NS":{"a":{"k":1.0},"b":[1e3,-0,1.50E2],"c":{"k":"\\u2028\\u007f\\u0001"}}}}',
+     {"NS": {"a": '{"k":1.0}', "b": "[1E+3,0,150]", "c": '{"k":"\\u2028\\u007F\\u0001"}'}}),
+    (b'{"configTable":{"NS":null,"M":{"a":"b"}}}', {"M": {"a": "b"}}),
+    (b'{"configTable":{"NS":{"a":"1","a":"2"},"NS":{"b":"3"}}}', {"NS": {"b": "3"}}),
+    (b"null", {}), (b"{}", {}), (b'{"configTable":null}', {}),
+]
+
+
+@pytest.mark.parametrize(("content", "java"), JAVA_READ)
+def test_a_value_that_is_not_a_string_loads_as_java_reads_it(tmp_path, content, java):
+    """Java reads a value that is not a string as the text fastjson fills a String with; this server
+    took Python's str() of it (``True``, ``{'a': 1}``, ``1000.0`` for ``1e3``), so the same file
+    answered GET_KV_CONFIG and the routes' orderTopicConf otherwise than Java, and a null namespace
+    or document stopped the start where Java's starts."""
+    path = tmp_path / "kvConfig.json"
+    path.write_bytes(content)
+    assert file_backed(path).configTable == java
+
+
 def test_missing_file_is_an_empty_table(tmp_path):
     kv = file_backed(tmp_path / "absent.json")
     assert kv.configTable == {}
     assert not (tmp_path / "absent.json").exists()
 
 
-@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"configTable": {"NS": "flat"}}', b"\xff\xfe"])
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"configTable": {"NS": "flat"}}', b"\xff\xfe",
+                                     b'{"configTable":""}', b'{"configTable":0}', b'{"configTable":{"NS":["x"]}}',
+                                     b"5"])
 def test_corrupt_file_raises_naming_the_file(tmp_path, content):
     path = tmp_path / "kvConfig.json"
     path.write_bytes(content)
@@ -167,6 +204,34 @@ def test_a_change_that_would_grow_the_table_past_its_limit_changes_nothing(tmp_p
     limit[0] = 0  # no limit
     kv.put("NS", "k3", "v" * 1000)
     assert len(writes) == 4 and kv.get("NS", "k3") == "v" * 1000
+
+
+def test_a_namespace_bounded_on_its_own_refuses_what_grows_it_past_its_bound(tmp_path):
+    """5.x answers every broker's registration and heartbeat with the whole ORDER_TOPIC_CONFIG
+    namespace: 10,400 order topics put by any peer (no ACL) within maxKvBytes made each answer 8 MB,
+    every 30 s, to every broker.  A namespace bounded on its own (``bounds``) is held to its bound by
+    the rule of the whole table's: a change that grows it past the bound is refused, one that does not
+    is taken; other namespaces are not held to it; its size is counted change by change, staged writes
+    and failed ones included, and read from the file at a load."""
+    path = tmp_path / "kvConfig.json"
+    writes: list[bytes] = []
+    kv = KVConfigManager(at_once(writes.append), lambda: 0, {"ORDER": 50})
+    kv.put("ORDER", "T1", "a:1")
+    kv.put("ORDER", "T2", "b:2" * 5)
+    with pytest.raises(KVLimitError, match=r"ORDER would be 55 bytes, over the 50 it may hold"):
+        kv.put("ORDER", "T3", "c:3" * 4)
+    assert kv.get_kv_list("ORDER") == {"T1": "a:1", "T2": "b:2" * 5}
+    kv.put("OTHER", "T3", "c:3" * 400)  # another namespace: only the whole table's limit (none here)
+    kv.put("ORDER", "T2", "b:2")  # a shrink, then room again
+    kv.put("ORDER", "T3", "c:3" * 4)
+    assert kv.bounded["ORDER"] == len(fastjson.dumps_stored(kv.get_kv_list("ORDER")))
+    path.write_bytes(writes[-1])
+    again = KVConfigManager(at_once(writes.append), lambda: 0, {"ORDER": 40})  # a lowered bound, over it
+    again.load(path)
+    assert again.bounded["ORDER"] == kv.bounded["ORDER"] > 40
+    again.delete("ORDER", "T1")  # what does not grow it still goes
+    with pytest.raises(KVLimitError):
+        again.put("ORDER", "T9", "x")
 
 
 def test_a_loaded_table_over_the_limit_is_kept_and_shrinks(tmp_path):

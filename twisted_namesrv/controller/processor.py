@@ -163,9 +163,9 @@ def update_controller_config(manager: ControllerManager, request: RemotingComman
     if too_big:
         manager.refusals("controller", "config_size", peer.address, "updateControllerConfig with {why}", why=too_big)
         return reply(request, Code.NO_PERMISSION, f"Can not update config: {too_big}.")
-    try:
-        props = properties.load(bytes(request.body).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    try:  # as Java reads it: new String(body, UTF_8), malformed bytes U+FFFD, then the same checks
+        props = properties.load(fastjson.java_utf8_decoded(bytes(request.body)))
+    except ValueError as exc:
         return reply(request, Code.SYSTEM_ERROR, f"string2Properties error: {exc}")
     blocked = set(str(manager.config["configBlackList"]).split(";")) | {"configBlackList", "configStorePath",
                                                                        "rocketmqHome"}

@@ -40,15 +40,8 @@ class Header:
 
 # ---- JSON -----------------------------------------------------------------------------------
 
-def _java_string(value: Any) -> str | None:
-    """fastjson's coercion of a JSON value into a Java String field."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return fastjson.dumps(value)
-    return str(value)
+#: fastjson's coercion of a JSON value into a Java String field (a header's remark, extFields' values)
+_java_string = fastjson.java_string_field
 
 
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1

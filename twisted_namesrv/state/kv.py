@@ -15,6 +15,8 @@ fails the changes staged after it too: they were staged on a table that never be
 What the table may hold is bounded (``maxKvBytes``, its encoded size): each change rewrites the
 whole file, and PUT_KV_CONFIG is any peer's without ACL.  A change that would grow the staged
 table past the bound raises KVLimitError and changes nothing; one that does not grow it is taken.
+A namespace may be bounded on its own by the same rule (``bounds``: ORDER_TOPIC_CONFIG, which 5.x
+hands whole to every broker in each registration answer), its encoded size counted change by change.
 
 Each change is published to the subscribers as ``(namespace, key)`` once it is saved: an
 ORDER_TOPIC_CONFIG key shows in its topic's route answers, which the answer cache drops."""
@@ -31,6 +33,10 @@ from .files import FileTooBig, read_regular
 from .store import Save, Saved, StoreError
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+#: the most bytes ORDER_TOPIC_CONFIG's own object may take in the file: 5.x answers every broker's
+#: registration and heartbeat (every 30 s) with the whole namespace (returnOrderTopicConfigToBroker, on
+#: by default), and each broker parses it; at about 60 bytes a topic this holds some 17,000 order topics
+ORDER_TOPIC_CONFIG_MAX_BYTES = 1 << 20
 #: the largest KV file read at start: what Java's NameServer reads too (MixAll.file2String makes a
 #: ``byte[(int) file.length()]``: a file of 2 GiB or more is a NegativeArraySizeException, no start).
 #: Checked before a byte is read: a sparse file of 100 GB swapped in was read whole, then parsed
@@ -48,6 +54,13 @@ def _size_change(table: Table, namespace: str, key: str, value: str | None) -> i
     if entries is None:
         entries = {}
         change += len(fastjson.dumps_stored(namespace)) + 3 + (1 if table else 0)  # "ns":{} and its comma
+    return change + _entries_change(entries, key, value)
+
+
+def _entries_change(entries: dict[str, str], key: str, value: str | None) -> int:
+    """How many bytes a namespace's own object (``{"key":"value",...}``) grows by when ``key`` is set
+    to ``value`` (None: removed)."""
+    change = 0
     old = entries.get(key)
     if old is not None:
         change -= _entry_size(key, old) + (1 if len(entries) > 1 else 0)
@@ -59,6 +72,49 @@ def _size_change(table: Table, namespace: str, key: str, value: str | None) -> i
 def _entry_size(key: str, value: str) -> int:
     """``"key":"value"`` as the file holds it (``encode``)."""
     return len(fastjson.dumps_stored(key)) + 1 + len(fastjson.dumps_stored(value))
+
+
+def read_table(data: bytes) -> Table:
+    """The table of a KV file as Java's KVConfigManager reads it (fastjson 1.2.69 and 1.2.83 into
+    KVConfigSerializeWrapper): a value that is not a string is the text fastjson fills a String with
+    (``fastjson.java_string_field``: ``1.50``, ``true``, an object's JSON), a null value or namespace
+    is left out (Java keeps it and then treats it as absent, and writes none), a document that is null
+    or holds no configTable is an empty table; a namespace or configTable that is not an object is a
+    ValueError, as Java's start fails on it.  Before, a value was Python's ``str()`` of it (``True``,
+    ``{'a': 1}``, ``1000.0`` for ``1e3``), and a null namespace or document stopped the start."""
+    obj = fastjson.loads(data)
+    if not _strings_only(obj):  # a number, a bool, an object as a value: its literal text matters
+        obj = fastjson.loads_keeping_numbers(data)
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise ValueError(f"not a JSON object but {_json_kind(obj)}")
+    table = obj.get("configTable")
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise ValueError(f"configTable is not an object but {_json_kind(table)}")
+    read: Table = {}
+    for namespace, entries in table.items():
+        if entries is None:
+            continue
+        if not isinstance(entries, dict):
+            raise ValueError(f"namespace {namespace!r:.80} is not an object but {_json_kind(entries)}")
+        read[namespace] = {key: text for key, value in entries.items()
+                           if (text := fastjson.java_string_field(value)) is not None}
+    return read
+
+
+def _strings_only(obj: object) -> bool:
+    """Whether every value of every namespace is a string or null (what this server and Java write)."""
+    table = obj.get("configTable") if isinstance(obj, dict) else None
+    return not isinstance(table, dict) or all(
+        not isinstance(entries, dict) or all(value is None or type(value) is str for value in entries.values())
+        for entries in table.values())
+
+
+def _json_kind(value: object) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean"}.get(type(value), "a number")
 
 
 class KVConfigError(Exception):
@@ -77,6 +133,8 @@ class _Batch:
     thread encodes it) and after, neither it nor any of its namespaces' tables changes."""
     table: Table
     size: int
+    #: the encoded sizes of the namespaces bounded on their own (KVConfigManager's ``bounds``) in ``table``
+    bounded: dict[str, int]
     keys: list[tuple[str, str]] = field(default_factory=list)
     waiting: list[Saved] = field(default_factory=list)
     own: set[str] = field(default_factory=set)
@@ -99,10 +157,12 @@ class _Outcome:
 
 
 class KVConfigManager:
-    def __init__(self, save: Save, limit: Callable[[], int] = lambda: 0, save_again: Save | None = None) -> None:
+    def __init__(self, save: Save, limit: Callable[[], int] = lambda: 0,
+                 bounds: dict[str, int] | None = None, save_again: Save | None = None) -> None:
         """``save(data, saved)`` saves the whole table (``at_once`` makes one of a plain write);
-        ``limit()``: the most bytes its encoding may grow to (0: no limit); ``save_again``: how
-        ``write_again`` saves it (default ``save``: the service's counts its failures without a log
+        ``limit()``: the most bytes its encoding may grow to (0: no limit); ``bounds``: the most bytes
+        a namespace's own object may grow to, for the namespaces bounded on their own; ``save_again``:
+        how ``write_again`` saves it (default ``save``: the service's counts its failures without a log
         line each, since it is tried again every few seconds while the disk is full)."""
         self.configTable: Table = {}
         self._save = save
@@ -113,8 +173,11 @@ class KVConfigManager:
         #: why the last write while ``missing`` failed (a full disk), None when none did
         self.unwritten: str | None = None
         self._limit = limit
+        self._bounds = dict(bounds or {})
         #: the encoded size of configTable as it was last saved (or loaded)
         self.size = len(self.encode())
+        #: the encoded sizes of the bounded namespaces in configTable (``{}``, 2 bytes, when absent)
+        self.bounded = self._measured(self.configTable)
         self._subscribers: list[Callable[[str, str], None]] = []
         #: the write in flight, and the changes accepted since it began (written by the next)
         self._writing: _Batch | None = None
@@ -137,37 +200,41 @@ class KVConfigManager:
         if not data.strip():
             return  # Java reads an empty file as an empty table
         try:
-            obj = fastjson.loads(data)
-            table = obj.get("configTable") or {}
-            self.configTable = {str(ns): {str(k): str(v) for k, v in kv.items() if v is not None}
-                                for ns, kv in table.items()}
+            self.configTable = read_table(data)
             self.size = len(self.encode())
-        except (ValueError, AttributeError, TypeError) as exc:
+            self.bounded = self._measured(self.configTable)
+        except ValueError as exc:
             raise KVConfigError(f"cannot load KV config {path}: {exc}") from None
+
+    def _measured(self, table: Table) -> dict[str, int]:
+        return {ns: len(fastjson.dumps_stored(table.get(ns, {}))) for ns in self._bounds}
 
     def encode(self, table: dict[str, dict[str, str]] | None = None) -> bytes:
         table = self.configTable if table is None else table
         by_namespace = {ns: java_hash_map(table[ns]) for ns in table}
         return fastjson.dumps_stored({"configTable": java_hash_map(by_namespace)})
 
-    def _staged(self) -> tuple[Table, int]:
-        """The table with every change accepted so far, and its encoded size."""
+    def _staged(self) -> tuple[Table, int, dict[str, int]]:
+        """The table with every change accepted so far, its encoded size and its bounded namespaces'."""
         newest = self._next or self._writing
-        return (newest.table, newest.size) if newest is not None else (self.configTable, self.size)
+        if newest is not None:
+            return newest.table, newest.size, newest.bounded
+        return self.configTable, self.size, self.bounded
 
-    def _accept(self, table: Table, size: int, namespace: str, key: str, saved: Saved | None) -> None:
+    def _accept(self, table: Table, size: int, namespace: str, key: str, saved: Saved | None,
+                bounded: dict[str, int]) -> None:
         """Stage ``table`` (the staged one with one change, ``size`` bytes encoded, within the limit:
         ``put`` checked it) to be saved; ``saved`` None: raise the StoreError of a save that is
         done now."""
         outcome = _Outcome() if saved is None else None
         tell = outcome.saved if outcome is not None else saved
         assert tell is not None
-        staged, _ = self._staged()
+        staged, _, _ = self._staged()
         if self._writing is None and self._next is None and table is staged:
             tell(None)  # nothing to write, nothing in flight: it is as saved
         else:
-            batch = self._next = self._next or _Batch(table, size)
-            batch.table, batch.size = table, size
+            batch = self._next = self._next or _Batch(table, size, bounded)
+            batch.table, batch.size, batch.bounded = table, size, bounded
             batch.keys.append((namespace, key))
             batch.waiting.append(tell)
             if self._writing is None:
@@ -193,7 +260,7 @@ class KVConfigManager:
         staged on it; a file renamed in place but not durable is put back first."""
         self._writing = None
         if error is None:
-            self.configTable, self.size = batch.table, batch.size
+            self.configTable, self.size, self.bounded = batch.table, batch.size, batch.bounded
             self.missing, self.unwritten = False, None
             self._done(batch, None)
             self._write_next()
@@ -203,7 +270,7 @@ class KVConfigManager:
             self.unwritten = str(error)
         if error.replaced:  # renamed in place, not durable: the saved table goes back first
             saved_table = self.configTable
-            self._writing = _Batch(saved_table, self.size)
+            self._writing = _Batch(saved_table, self.size, self.bounded)
             self._save(lambda: self.encode(saved_table), self._restored)
         # told last: a caller may change the table again at once (a pipelining peer's next put)
         self._done(batch, error, changed=False)
@@ -240,20 +307,27 @@ class KVConfigManager:
         self.missing = True
         if self._writing is not None or self._next is not None:
             return
-        table = self._writing = _Batch(self.configTable, self.size)
+        table = self._writing = _Batch(self.configTable, self.size, self.bounded)
         self._save_again(lambda: self.encode(table.table), self._restored)
 
     def put(self, namespace: str, key: str, value: str | None, saved: Saved | None = None) -> None:
         """A null value is dropped, as fastjson drops null map values when persisting."""
-        staged, staged_size = self._staged()
+        staged, staged_size, bounded = self._staged()
         entries = staged.get(namespace)
         if entries is not None and entries.get(key) == value:
-            self._accept(staged, staged_size, namespace, key, saved)  # as staged already
+            self._accept(staged, staged_size, namespace, key, saved, bounded)  # as staged already
             return
         size = staged_size + _size_change(staged, namespace, key, value)
         limit = self._limit()
         if limit and size > max(limit, staged_size):  # the one check: a removal grows it only by a new namespace
             raise KVLimitError(f"the KV table would be {size} bytes, over maxKvBytes ({limit})")
+        bound = self._bounds.get(namespace)
+        if bound is not None:  # one of its own too, by the same rule
+            was = bounded[namespace]
+            grown = was + _entries_change(entries or {}, key, value)
+            if grown > max(bound, was):
+                raise KVLimitError(f"{namespace} would be {grown} bytes, over the {bound} it may hold")
+            bounded = {**bounded, namespace: grown}
         batch = self._next
         if batch is not None and namespace in batch.own:  # the batch's own copy: no one reads it yet
             table, changed = staged, entries
@@ -265,7 +339,7 @@ class KVConfigManager:
             changed.pop(key, None)
         else:
             changed[key] = value
-        self._accept(table, size, namespace, key, saved)
+        self._accept(table, size, namespace, key, saved, bounded)
         if self._next is not None and self._next.table is table:
             self._next.own.add(namespace)
 
@@ -273,10 +347,10 @@ class KVConfigManager:
         return self.configTable.get(namespace, {}).get(key)  # type: ignore[arg-type]
 
     def delete(self, namespace: str | None, key: str | None, saved: Saved | None = None) -> None:
-        staged, staged_size = self._staged()
+        staged, staged_size, bounded = self._staged()
         if namespace is None or key is None or key not in staged.get(namespace, {}):
             # nothing to delete (Java writes the file anyway): told once what is staged is saved
-            self._accept(staged, staged_size, str(namespace), str(key), saved)
+            self._accept(staged, staged_size, str(namespace), str(key), saved, bounded)
             return
         self.put(namespace, key, None, saved)
 

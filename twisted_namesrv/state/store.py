@@ -33,13 +33,18 @@ opener: Callable[..., int] = os.open
 _NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK)
 
 
+#: how every StoreError's text begins: an answer whose remark holds it is a change the disk refused
+#: (the audit trail's ``failed``, which pages), never a request's own fault
+CANNOT_SAVE = "cannot save "
+
+
 class StoreError(OSError):
     """A change that could not be made durable; the file holds what it held (``replaced``: the new
     content is in place, not durable, and the old could not be put back: the caller writes it)."""
 
     def __init__(self, what: str, path: str | os.PathLike[str], cause: OSError, replaced: bool = False) -> None:
         self.errno_name = files.errno_name(cause)
-        self.message = f"cannot save {what} {path}: {cause.strerror or cause} ({self.errno_name})"
+        self.message = f"{CANNOT_SAVE}{what} {path}: {cause.strerror or cause} ({self.errno_name})"
         super().__init__(cause.errno, self.message)
         self.what, self.path, self.cause, self.replaced = what, str(path), cause, replaced
 
