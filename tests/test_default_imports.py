@@ -1,6 +1,7 @@
 """What a default server (no metricsPort, no controller, no TLS) imports: none of the modules only
 an option's parts use, so the memory a default server holds at rest is not theirs (docs/benchmarks.md,
-issue 47's RSS). Each is imported where the composition root (service.py) wires its part."""
+issue 47's RSS). Each is imported where the composition root (service.py) wires its part; what Twisted
+imports for parts no NameServer runs loads at its first use (unused_imports.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: twisted.web's cookie agent), which loads at its first use instead (unused_imports.py): what its
 #: loading ran (``email``'s parts besides, unless the ``tls`` extra's cryptography imports them)
 DEFERRED = ("urllib.request", "http.client", "email.parser", "email.feedparser", "email.message")
+
+#: what Twisted's POSIX reactor imports for datagram and unix-socket ports a NameServer never opens,
+#: which load at their first use instead (unused_imports.py): entered, not run, and what they import
+LAZY = ("twisted.internet.udp", "twisted.internet.unix")
+LAZY_IMPORT = ("twisted.internet._multicast", "twisted.python.sendmsg")
 
 OPTIONAL = ("twisted_namesrv.peers", "twisted_namesrv.admin.client", "twisted_namesrv.admin.compare",
             "twisted_namesrv.web", "twisted.web", "prometheus_client", "twisted_namesrv.controller.service")
@@ -59,3 +65,23 @@ print(json.dumps([loaded, http.cookiejar.CookieJar().__class__.__module__, "urll
     assert "twisted.python.compat" in loaded and "twisted_namesrv.service" in loaded
     assert sorted(name for name in loaded if any(name == n or name.startswith(n + ".") for n in DEFERRED)) == []
     assert (jar_module, loaded_at_use) == ("http.cookiejar", True)  # used, it is the module it always was
+
+
+def test_twisteds_datagram_and_unix_socket_ports_are_not_loaded_until_used(tmp_path: Path) -> None:
+    code = STARTED.replace("print(json.dumps(sorted(sys.modules)))", f"""
+def ran(name):  # the module's own dictionary, read past a lazy module's trigger: its code has run
+    return "Port" in object.__getattribute__(sys.modules[name], "__dict__")
+unloaded = [[name, ran(name)] for name in {LAZY!r}] + [[name, name in sys.modules] for name in {LAZY_IMPORT!r}]
+from twisted.internet import protocol
+udp_port = reactor.listenUDP(0, protocol.DatagramProtocol(), interface="127.0.0.1")
+unix_port = reactor.listenUNIX({str(tmp_path / "s")!r}, protocol.Factory.forProtocol(protocol.Protocol))
+used = [type(udp_port).__module__, type(unix_port).__module__, udp_port.getHost().port > 0,
+        unix_port.getHost().name.decode()]
+udp_port.stopListening(); unix_port.stopListening()
+print(json.dumps([unloaded, used]))
+""")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=True)
+    unloaded, used = json.loads(done.stdout.splitlines()[-1])
+    assert unloaded == [[name, False] for name in LAZY + LAZY_IMPORT]
+    assert used == ["twisted.internet.udp", "twisted.internet.unix", True, str(tmp_path / "s")]  # used, they work

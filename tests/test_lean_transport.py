@@ -1,10 +1,12 @@
 """Accepted connections keep neither Twisted's log prefix nor its repr as strings (lean_transport.py):
 both are made when read, as Twisted made them; the server's reactor reads them as Twisted's own
-transport (its read path, reactor.py); they cost fewer bytes a connection (tracemalloc)."""
+transport (its read path, reactor.py); a host's connections share its string; they cost fewer bytes a
+connection (tracemalloc)."""
 
 from __future__ import annotations
 
 import socket
+import sys
 import tracemalloc
 from typing import Any
 
@@ -81,6 +83,24 @@ def test_a_listeners_connections_are_lean_and_say_what_twisteds_say() -> None:
         closed(reactor)
 
 
+def test_connections_from_one_host_share_its_string() -> None:
+    """Each accept gives its peer's address a string of its own; the transports keep the interned
+    one (``client``, ``hostname``, what ``getPeer`` answers), one for every connection from a host."""
+    reactor, factory = fresh(), Factory()
+    listener, _, clients = accepted(reactor, factory, None)
+    try:
+        transports = [p.transport for p in factory.made]
+        first = transports[0]
+        assert first.hostname == "127.0.0.1" and first.hostname is sys.intern("127.0.0.1")
+        assert all(t.hostname is first.hostname and t.client[0] is first.hostname for t in transports)
+        assert first.getPeer().host is first.hostname and first.client[1] == clients[0].getsockname()[1]
+    finally:
+        for client in clients:
+            client.close()
+        listener.unbind()
+        closed(reactor)
+
+
 def test_a_lean_connection_holds_fewer_bytes_than_twisteds() -> None:
     kept = []
     for transport in (tcp.Server, LeanServer):  # each on a reactor of its own, as alike as can be
@@ -91,4 +111,4 @@ def test_a_lean_connection_holds_fewer_bytes_than_twisteds() -> None:
             client.close()
         listener.unbind()
         closed(own)
-    assert kept[1] < kept[0] - 120  # its two strings, 150-170 bytes (longer session numbers, longer)
+    assert kept[1] < kept[0] - 170  # its two strings, 150-170 bytes (longer session numbers, longer), and its host's

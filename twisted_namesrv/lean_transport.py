@@ -10,6 +10,12 @@ once, a disconnection) or something prints the transport. Here both are made whe
 same fields; ``Listener`` (server.py) has its port accept into this class, and the reactor
 (reactor.py) reads it as it reads Twisted's own ``tcp.Server``.
 
+The peer's host is interned as the connection is made: each accept gives its address a string of
+its own ("127.0.0.1", 58 bytes), which the transport keeps (``client``, ``hostname``) for the
+connection's life, so thousands of connections from one host (the brokers of a machine, a
+client fleet behind one proxy) held as many copies; interned, they share one, the one the
+protocol keeps too (``RemotingProtocol.host``).
+
 After the connection is gone (``connectionLost`` deletes its ``protocol``) the prefix says ``-``
 where the protocol's name was, and the repr ``?``; the repr names the port it listens on now
 (None once it stopped listening), where Twisted's named the port it accepted on.
@@ -17,12 +23,22 @@ where the protocol's name was, and the repr ``?``; the repr names the port it li
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 from twisted.internet import tcp
 
 
 class LeanServer(tcp.Server):
     """``tcp.Server`` whose ``logstr`` and ``repstr`` are made when read; Twisted's ``__init__``
-    sets them, and the setters keep nothing."""
+    sets them, and the setters keep nothing; its peer's host is the interned string."""
+
+    def __init__(self, sock: Any, protocol: Any, client: tuple[Any, ...], server: Any, sessionno: int,
+                 reactor: Any) -> None:
+        host = client[0]
+        if type(host) is str:
+            client = (sys.intern(host), *client[1:])
+        super().__init__(sock, protocol, client, server, sessionno, reactor)
 
     @property  # type: ignore[override]
     def logstr(self) -> str:
