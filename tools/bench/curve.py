@@ -419,21 +419,27 @@ def load_priority(idle: bool) -> bool:
     return True
 
 
-def read_answer(s: socket.socket) -> None:
+#: where answers are read into (``read_answer``, ``Load``): a ``recv`` of a fresh buffer allocates it
+#: each time, and one of 1 MiB, past malloc's mmap threshold, cost an mmap, an mremap and a munmap
+#: a read (the load's 7 system calls a storm frame, 3 of them these)
+ANSWER_ROOM = 1 << 16
+
+
+def read_answer(s: socket.socket, room: memoryview = memoryview(bytearray(ANSWER_ROOM))) -> None:
     """Read one whole frame off ``s`` and drop it (the probe times answers, it does not read them):
-    one ``recv`` for a small answer, not read_frame's three and a JSON decode."""
-    data = s.recv(65536)
-    while len(data) < 4:
-        more = s.recv(65536)
+    one ``recv_into`` for a small answer, into ``room``, not read_frame's three and a JSON decode."""
+    got = s.recv_into(room)
+    while got < 4:
+        more = s.recv_into(room[got:])
         if not more:
             raise ConnectionError("closed")
-        data += more
-    missing = 4 + int.from_bytes(data[:4], "big") - len(data)
+        got += more
+    missing = 4 + int.from_bytes(room[:4], "big") - got
     while missing > 0:
-        more = s.recv(min(missing, 1 << 20))
+        more = s.recv_into(room, min(missing, len(room)))
         if not more:
             raise ConnectionError("closed")
-        missing -= len(more)
+        missing -= more
 
 
 #: a split probe's sample (``--probe-split``; the minimal probe's are its first two): its start
@@ -470,6 +476,11 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None, id
     gc.disable()
     s = socket.create_connection((HOST, port), timeout=120)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # blocking, its 2 minutes the kernel's (SO_RCVTIMEO): a socket with Python's own timeout polls
+    # before every send and read, 2 system calls more a lookup
+    s.settimeout(None)
+    for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+        s.setsockopt(socket.SOL_SOCKET, option, struct.pack("ll", 120, 0))
     requests = [frame(105, {"topic": PROBE_TOPIC}, opaque=PROBE_OPAQUE + k) for k in range(PROBE_BATCH)]
     try:
         samples = split_lookups(s, stop, requests, server_pid) if split else lookups(s, stop, requests)
@@ -615,6 +626,7 @@ class Load:
         self.index = {fd: i for i, fd in enumerate(self.fds)}
         self.poller = select.epoll()
         self.watched = bytearray(len(conns))  # whether each connection is in the set yet
+        self.room = memoryview(bytearray(ANSWER_ROOM))  # where answers are read (``ANSWER_ROOM``)
 
     def close(self) -> None:
         self.poller.close()
@@ -625,7 +637,7 @@ class Load:
         time; each broker's round trip (s: its first frame sent to its last answered)."""
         conns, fds, index, watched = self.conns, self.fds, self.index, self.watched
         register, modify, poll = self.poller.register, self.poller.modify, self.poller.poll
-        monotonic, count = time.monotonic, len(frames)
+        monotonic, count, room = time.monotonic, len(frames), self.room
         limit = IN_FLIGHT if spread is None else count
         gap = spread / count if spread else 0.0
         at = [0] * count  # which of its frames each broker is at
@@ -655,15 +667,16 @@ class Load:
                 if not events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
                     continue
                 try:
-                    data = conns[i].recv(1 << 20)
+                    n = conns[i].recv_into(room)
                 except BlockingIOError:
                     continue
-                if not data:
+                if not n:
                     raise ConnectionError(f"broker {i}: the server closed its connection")
+                data: bytes | memoryview = room[:n]
                 if fd in got:
                     data = got.pop(fd) + data
                 if len(data) < 8 or len(data) < 4 + int.from_bytes(data[:4], "big"):
-                    got[fd] = data
+                    got[fd] = bytes(data)
                     continue
                 answered(i, data)
                 at[i] += 1
@@ -702,13 +715,13 @@ class Load:
         return True
 
 
-def answered(i: int, data: bytes) -> None:
+def answered(i: int, data: bytes | memoryview) -> None:
     """Check broker ``i``'s answer, one whole frame: a refusal raises."""
     if len(data) != 4 + int.from_bytes(data[:4], "big"):
         raise RuntimeError(f"broker {i}: {len(data)} bytes read, not one answer")
-    if data.startswith(SUCCESS_HEAD, 8):
+    if data[8:8 + len(SUCCESS_HEAD)] == SUCCESS_HEAD:
         return
-    code = json.loads(data[8:8 + (int.from_bytes(data[4:8], "big") & 0xFFFFFF)])["code"]
+    code = json.loads(bytes(data[8:8 + (int.from_bytes(data[4:8], "big") & 0xFFFFFF)]))["code"]
     if code != 0:
         raise RuntimeError(f"registration refused: code {code}")
 

@@ -89,13 +89,16 @@ def main() -> None:
             conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
             for conn in conns:
                 conn.setblocking(False)
+            # one load for the step as the curve keeps it (curve.Load), where the curve.py measured has it
+            load = curve.Load(conns) if hasattr(curve, "Load") else None
+            send = load.send if load else lambda frames, spread: curve.send_all(conns, frames, spread)
             for _ in range(2):  # registered, then renewed from memory from the next sending on
-                curve.send_all(conns, frames, None)
-            stop, (receive, send) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
+                send(frames, None)
+            stop, (receive, sink) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
             kwargs: dict[str, Any] = {}
             if "split" in inspect.signature(curve.probe_loop).parameters:
                 kwargs["split"] = a.probe_split
-            probe = multiprocessing.Process(target=curve.probe_loop, args=(port, stop, send, server.main_pid()),
+            probe = multiprocessing.Process(target=curve.probe_loop, args=(port, stop, sink, server.main_pid()),
                                             kwargs=kwargs, daemon=True)
             probe.start()
             time.sleep(1.0)
@@ -103,19 +106,22 @@ def main() -> None:
             sent = sum(len(f) for f in frames) * a.storms
             print(f"{a.bench}: {a.step}, {len(tables):,} brokers, {a.storms} storms over {a.spread:g} s "
                   f"(load {os.getloadavg()[0]:.1f}){', probe split' if kwargs.get('split') else ''}", flush=True)
+            counting = time.monotonic()
             load_perf, probe_perf = syscalls_of(os.getpid()), syscalls_of(probe.pid)
             time.sleep(0.5)  # perf attached
             began, load0, probe0 = time.monotonic(), time.process_time(), probe_stat.read()[0]
             for _ in range(a.storms):
-                curve.send_all(conns, frames, a.spread)
+                send(frames, a.spread)
             wall, load_s = time.monotonic() - began, time.process_time() - load0
             probe_ms = probe_stat.read()[0] - probe0
             load_calls, probe_calls = counted(load_perf), counted(probe_perf)
+            counted_until = time.monotonic()
             stop.set()
             samples = receive.recv() if receive.poll(60) else []
             probe.join(10)
             probe_stat.close()
             lookups = sum(1 for sample in samples if began <= sample[0] <= began + wall)
+            lookups_counted = sum(1 for sample in samples if counting <= sample[0] <= counted_until)
     finally:
         for conn in conns:
             conn.close()
@@ -123,11 +129,11 @@ def main() -> None:
         server.discard()
         curve.tidy(scratch)
     print(f"  load: {load_s * 1e3:.1f} ms of CPU for {sent:,} frames, {load_s * 1e6 / sent:.1f} µs a frame"
-          + (f", {load_calls / sent:.2f} system calls a frame" if load_calls is not None else "")
+          + (f", {load_calls / sent:.2f} system calls a frame" if load_calls else "")
           + f" (wall {wall:.2f} s)")
     if lookups:
         print(f"  probe: {probe_ms:.1f} ms of CPU for {lookups:,} lookups, {probe_ms * 1e3 / lookups:.1f} µs a lookup"
-              + (f", {probe_calls / lookups:.2f} system calls a lookup" if probe_calls is not None else "")
+              + (f", {probe_calls / lookups_counted:.2f} system calls a lookup" if probe_calls else "")
               + f"; the two {(load_s + probe_ms / 1e3) / wall:.3f} of core 1 (load {os.getloadavg()[0]:.1f})")
 
 
