@@ -5,7 +5,8 @@ process, ``curve.send_all``) per frame and the probe (``curve.probe_loop``) per 
 ``raw_syscalls:sys_enter`` tracepoint, their system calls.  Both share core 1 beside the server's
 core 0; what they take of it is what a lookup's round trip may wait behind on their side.
 
-A benchmark, not a test.  Runs our server (``python -m twisted_namesrv``, core 0), registers a
+A benchmark, not a test.  Runs our server (``python -m twisted_namesrv``, core 0; ``--server-cmd``
+another, as the curve's ``--compare``: the probe must cost the same against either), registers a
 curve step's first ``--brokers`` brokers twice (their heartbeats renewed from memory from then on),
 starts the probe as the curve does, and sends the storm ``--storms`` times, each spread over
 ``--spread`` seconds as the curve's.  ``--bench DIR`` takes curve.py from another checkout's
@@ -14,7 +15,7 @@ tools/bench (a ``git worktree`` of another commit), to count its load and probe 
 ``--probe-split``), where this checkout has it.
 
     .venv/bin/python tools/bench/measuring_cost.py [--step brokers-5000] [--brokers 5000] [--storms 3] \\
-        [--spread 1] [--bench DIR] [--probe-split]
+        [--spread 1] [--bench DIR] [--probe-split] [--server-cmd CMD]
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def main() -> None:
     p.add_argument("--spread", type=float, default=1.0, metavar="S")
     p.add_argument("--bench", type=Path, default=HERE, help="the tools/bench whose curve.py sends and probes")
     p.add_argument("--probe-split", action="store_true", help="the probe that reads the wait's split")
+    p.add_argument("--server-cmd", metavar="CMD", help="another NameServer, as the curve's --compare runs it "
+                   "(e.g. Java's tools/bench/java-step.sh {compat} {topics} {port} {data_dir})")
     a = p.parse_args()
     sys.path.insert(0, str(a.bench.resolve()))
     import curve  # the load and the probe measured: this checkout's or --bench's
@@ -78,7 +81,7 @@ def main() -> None:
     frames = [curve.register_frames(name, addr, topics, 1) for name, addr, topics in tables]
     scratch = Path(tempfile.mkdtemp(prefix="namesrv-measuring-cost-"))
     curve.REPO = HERE.parents[1]  # our server from this checkout, whichever curve.py measures
-    server = curve.Server(None, scratch, "ours", step=step)
+    server = curve.Server(a.server_cmd, scratch, "server", step=step)
     conns: list[socket.socket] = []
     try:
         port = server.wait_ready(120)
@@ -104,7 +107,8 @@ def main() -> None:
             time.sleep(1.0)
             probe_stat = Schedstat(f"/proc/{probe.pid}/task/{probe.pid}/schedstat")
             sent = sum(len(f) for f in frames) * a.storms
-            print(f"{a.bench}: {a.step}, {len(tables):,} brokers, {a.storms} storms over {a.spread:g} s "
+            served = "ours" if a.server_cmd is None else a.server_cmd.split()[0]
+            print(f"{a.bench}, {served}: {a.step}, {len(tables):,} brokers, {a.storms} storms over {a.spread:g} s "
                   f"(load {os.getloadavg()[0]:.1f}){', probe split' if kwargs.get('split') else ''}", flush=True)
             counting = time.monotonic()
             load_perf, probe_perf = syscalls_of(os.getpid()), syscalls_of(probe.pid)
