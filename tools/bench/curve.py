@@ -17,15 +17,19 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 - first registration of every broker (8 in flight), then the same tables again (repeated): time;
 - heartbeat storm: every broker re-sends its tables within one second: time;
 - mass disconnect: every broker's connection reset at once: time until their routes are gone;
-- during each: the probe's longest wait and its lookup p50/p99 (one connection, a closed loop, at
-  SCHED_FIFO on the load's core: ``probe_priority``), and the longest it waited for its own CPU;
+- during each: the probe's longest wait and its lookup p50/p99 (one connection, a minimal closed
+  loop of prebuilt lookups, at SCHED_FIFO on the load's core: ``probe_priority``, ``lookups``); with
+  ``--probe-split``, what the longest wait was made of (``split_lookups``, ``window``), read around
+  every lookup at a cost of its own: for traces, not for the goal's rounds;
 - in each registration phase: the brokers' own round trips (p50, longest: a storm takes at least
   the second it is spread over, so its time hardly tells servers apart that keep up; these do) and
-  this load process's CPU (``load_cpu_s``: a load generator at its limit would say so);
+  this load process's CPU (``load_cpu_s``, and ``load_cpu_us_per_frame``: a load generator at its
+  limit would say so; ``Load`` sends prebuilt frames from one loop);
 - each phase's server CPU (user and system, the process tree, every thread), until the server is
   idle again after it: steadier than the time on a shared machine, and it counts work a server
   leaves for after its answers;
-- each phase's ``probe_cpu_s`` (the probe's, ahead of the load on its core) and ``others_cpu_s``:
+- each phase's ``probe_cpu_s`` (the probe's, ahead of the load on its core; ``probe_cpu_us_per_lookup``
+  over the lookups in the phase's window) and ``others_cpu_s``:
   the CPU the machine's cores spent in the phase on anything but the server, the load and the
   probe (``/proc/stat`` less the three): a phase whose time or waits others shared a core with
   says so; and ``server_core_steal_s``, the time the host did not run the server's (virtual)
