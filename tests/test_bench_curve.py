@@ -343,3 +343,28 @@ def test_the_minimal_probe_runs_nothing_but_its_read_between_its_lookups(curve):
     assert all(len(sample) == 2 and sample[1] > 0 for sample in samples)
     window = curve.window(samples, samples[0][0], samples[-1][0])
     assert set(window) == {"probe_max_ms", "lookup_p50_ms", "lookup_p99_ms"} and window["probe_max_ms"] > 0
+
+
+def test_the_load_sends_big_tables_in_pieces_the_socket_takes_in_parts(curve):
+    """A table of 1M topics goes in pieces of 8 MiB, each the next one sent after the answer to the
+    last, and more than a socket takes at once: what is left is sent as the socket drains (Load's
+    EPOLLOUT), in a storm as 8 in flight, and each broker's round trip runs to its last answer."""
+    server = Answering(curve)
+    conns = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    pushed: list[int] = []
+    try:
+        for conn in conns:
+            conn.setblocking(False)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)  # a piece never goes at once
+        load = curve.Load(conns)
+        push = load._push
+        load._push = lambda fd, left: pushed.append(fd) or push(fd, left)
+        frames = [[curve.frame(103, {"brokerName": f"b{i}"}, bytes(3 << 20)) for _ in range(2)] for i in range(3)]
+        assert len(load.send(frames, None)) == 3
+        assert len(load.send(frames, 0.01)) == 3
+        assert set(pushed) == {conn.fileno() for conn in conns}
+        load.close()
+    finally:
+        for conn in conns:
+            conn.close()
+        server.close()
