@@ -622,7 +622,7 @@ class Load:
     registration costs this process its ``send`` and its answer's ``recv``, and a share of a poll
     (no ``epoll_ctl`` but for a frame the socket did not take at once, no object and no decoding
     of a successful answer): at 5,000 brokers the storm is 5,000 frames in a second on core 1,
-    which the probe shares (docs/benchmarks.md, what the measuring processes take)."""
+    which the probe shares (docs/benchmarks.md, what the curve's load and probe take)."""
 
     def __init__(self, conns: list[socket.socket]) -> None:
         self.conns = conns
