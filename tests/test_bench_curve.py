@@ -8,9 +8,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import selectors
 import socket
 import subprocess
 import sys
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -240,3 +242,129 @@ def test_the_load_at_sched_idle_goes_back_to_the_normal_policy_before_the_next_s
             "assert curve.probe_priority(idle=True) == 'idle' and os.sched_getscheduler(0) == os.SCHED_IDLE\n"
             "assert curve.load_priority(False) and os.sched_getscheduler(0) == os.SCHED_OTHER\n")
     subprocess.run([sys.executable, "-c", code, str(BENCH)], check=True, timeout=60)
+
+
+class Answering:
+    """A server in a thread of its own that answers every whole frame on every connection with a
+    success (as a NameServer answers a registration or a lookup): what the curve's load and probe
+    are counted against, in this thread."""
+
+    def __init__(self, curve) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.answer = curve.frame(0, {}, b"")
+        self.stopped = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        chosen = selectors.DefaultSelector()
+        chosen.register(self.listener, selectors.EVENT_READ)
+        pending: dict[socket.socket, bytes] = {}
+        while not self.stopped:
+            for key, _ in chosen.select(0.05):
+                if key.fileobj is self.listener:
+                    conn, _ = self.listener.accept()
+                    chosen.register(conn, selectors.EVENT_READ)
+                    pending[conn] = b""
+                    continue
+                conn = key.fileobj
+                data = conn.recv(1 << 20)
+                if not data:
+                    chosen.unregister(conn)
+                    conn.close()
+                    continue
+                data = pending[conn] + data
+                while len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big"):
+                    data = data[4 + int.from_bytes(data[:4], "big"):]
+                    conn.sendall(self.answer)
+                pending[conn] = data
+        chosen.close()
+
+    def close(self) -> None:
+        self.stopped = True
+        self.thread.join(10)
+        self.listener.close()
+
+
+def test_the_storms_load_runs_two_python_calls_a_frame(curve):
+    """The brokers' load (curve.Load) sends prebuilt frames from one loop: a storm and a sending 8 in
+    flight run two Python functions a frame (its send and its answer's check; the reads, the sends
+    and the polls are the interpreter's C), whatever the timing, where each frame was an object, a
+    push, a pull and a JSON decode (docs/benchmarks.md, what the curve's load and probe take)."""
+    from tests.support import python_calls_run
+
+    server = Answering(curve)
+    conns = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
+    try:
+        for conn in conns:
+            conn.setblocking(False)
+        load = curve.Load(conns)
+        frames = [[curve.frame(103, {"brokerName": f"b{i}"}, b"{}" * 50)] for i in range(len(conns))]
+        trips: list[list[float]] = []
+        load.send(frames, None)  # each connection watched from its first sending on
+        in_flight = python_calls_run(lambda: trips.append(load.send(frames, None)))
+        storm = python_calls_run(lambda: trips.append(load.send(frames, 0.02)))
+        assert in_flight == storm == 3 + 2 * len(frames)  # the counted lambda, send, _send, then two a frame
+        assert [len(t) for t in trips] == [len(frames)] * 2 and min(min(t) for t in trips) > 0
+        load.close()
+    finally:
+        for conn in conns:
+            conn.close()
+        server.close()
+
+
+def test_the_minimal_probe_runs_nothing_but_its_read_between_its_lookups(curve):
+    """The probe's loop (curve.lookups) sends a prebuilt lookup and reads its answer: no Python runs
+    but ``read_answer`` a lookup, and its stop is looked at once every PROBE_BATCH lookups; each
+    sample is its start and its round trip, all the window reads of them."""
+    from tests.support import python_calls_run
+
+    class Stop:
+        looked = 0
+
+        def is_set(self) -> bool:
+            self.looked += 1
+            return self.looked > 2
+
+    server = Answering(curve)
+    requests = [curve.frame(105, {"topic": curve.PROBE_TOPIC}, opaque=curve.PROBE_OPAQUE + k)
+                for k in range(curve.PROBE_BATCH)]
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.settimeout(None)
+            samples: list = []
+            stop = Stop()
+            calls = python_calls_run(lambda: samples.extend(curve.lookups(s, stop, requests)))
+    finally:
+        server.close()
+    assert len(samples) == 2 * curve.PROBE_BATCH and stop.looked == 3
+    assert calls == 2 + len(samples) + stop.looked  # the counted lambda, lookups, a read_answer each, is_set
+    assert all(len(sample) == 2 and sample[1] > 0 for sample in samples)
+    window = curve.window(samples, samples[0][0], samples[-1][0])
+    assert set(window) == {"probe_max_ms", "lookup_p50_ms", "lookup_p99_ms"} and window["probe_max_ms"] > 0
+
+
+def test_the_load_sends_big_tables_in_pieces_the_socket_takes_in_parts(curve):
+    """A table of 1M topics goes in pieces of 8 MiB, each the next one sent after the answer to the
+    last, and more than a socket takes at once: what is left is sent as the socket drains (Load's
+    EPOLLOUT), in a storm as 8 in flight, and each broker's round trip runs to its last answer."""
+    server = Answering(curve)
+    conns = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    pushed: list[int] = []
+    try:
+        for conn in conns:
+            conn.setblocking(False)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)  # a piece never goes at once
+        load = curve.Load(conns)
+        push = load._push
+        load._push = lambda fd, left: pushed.append(fd) or push(fd, left)
+        frames = [[curve.frame(103, {"brokerName": f"b{i}"}, bytes(3 << 20)) for _ in range(2)] for i in range(3)]
+        assert len(load.send(frames, None)) == 3
+        assert len(load.send(frames, 0.01)) == 3
+        assert set(pushed) == {conn.fileno() for conn in conns}
+        load.close()
+    finally:
+        for conn in conns:
+            conn.close()
+        server.close()

@@ -106,3 +106,18 @@ def test_the_longest_turns_say_what_they_did(server_turns, capsys):
     assert capsys.readouterr().out == (
         "reactor turn's reads: 3 of them; longest (ms of CPU) 11.6 (1 ready, 420 accepted, 0 registrations), "
         "2.3 (2 ready, 0 accepted, 8 registrations), 0.5 (1 ready)\n")
+
+
+def test_the_sockets_a_turn_served_are_counted(server_turns):
+    """A storm's turns: how many ready sockets each served (the brokers' share and a lookup's), the
+    most first; records without the counts say nothing."""
+    records = [
+        ["io", 1.0, 0.3, 2, 0.3, 0.01, 0.0, 0.0, 0, 0, 9, 0],
+        ["io", 1.1, 0.3, 2, 0.3, 0.01, 0.0, 0.0, 0, 0, 8, 0],
+        ["io", 1.2, 0.3, 2, 0.3, 0.01, 0.0, 0.0, 0, 0, 9, 0],
+        ["call", 1.3, 1.0, "Cooperator._tick", 1.0],
+        ["io", 1.4, 0.1, 1, 0.1, 0.01, 0.0, 0.0, 0],
+    ]
+    assert server_turns.served_per_turn(records) == (
+        "sockets served a turn: at most 9 (3 turns; served: turns 8: 1, 9: 2)")
+    assert server_turns.served_per_turn(records[3:]) is None

@@ -26,12 +26,15 @@ class FakeSchedstat:
 
 def test_a_sending_is_charged_the_differences(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[Any] = []
-    monkeypatch.setattr(storm_wakes.curve, "send_all", lambda conns, frames, spread: sent.append(spread) or [])
+
+    def send(frames: Any, spread: Any) -> list[float]:
+        sent.append(spread)
+        return []
     monkeypatch.setattr(storm_wakes, "SETTLE_SECONDS", 0.0)
     switches = [(3, 9), (8, 20)]  # the main thread woken 5 times more (a preemption puts it on a CPU unwoken)
     monkeypatch.setattr(storm_wakes, "thread_switches", lambda pid: switches.pop(0) if switches else (0, 0))
-    got = storm_wakes.sending([], [], 0.0, FakeSchedstat(), 1234)  # type: ignore[arg-type]
+    got = storm_wakes.sending(send, [], 0.0, FakeSchedstat(), 1234)  # type: ignore[arg-type]
     assert sent == [None]  # 0: 8 in flight, as the curve's repeated registration
     assert (got["cpu_ms"], got["slices"], got["wakeups"], got["spread_s"]) == (40.0, 7, 5, 0.0)
-    storm_wakes.sending([], [], 1.5, type("S", (), {"read_slices": lambda self: (0.0, 0.0, 0)})(), 1234)  # type: ignore[arg-type]
+    storm_wakes.sending(send, [], 1.5, type("S", (), {"read_slices": lambda self: (0.0, 0.0, 0)})(), 1234)  # type: ignore[arg-type]
     assert sent[-1] == 1.5

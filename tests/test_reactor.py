@@ -571,6 +571,91 @@ def test_a_lookup_waits_for_at_most_newcomers_per_turn_first_registrations(react
     client.close()
 
 
+
+def test_a_lookup_waits_for_at_most_brokers_per_turn_heartbeats_of_a_storm(reactor: Any, tmp_path: Any) -> None:
+    """The real server on this reactor: 120 registered brokers' heartbeats all ready at once (a storm
+    that found the reactor busy), each renewed from memory, and a client heard before sending a
+    lookup whenever a heartbeat is renewed and none of its lookups waits (one arriving in the midst
+    of a turn, behind the rest of it): the heartbeats renewed after it came, before its answer, are
+    at most BROKERS_PER_TURN, and none before it in the turn that reads it. Served in epoll's order
+    among the clients' sockets, a lookup waited for every heartbeat ready with it."""
+    from tests.test_renewal import storm_frames
+    from twisted_namesrv.remoting import RemotingCommand, RequestCode
+
+    count = 120
+    service, (client,) = served_connections(reactor, tmp_path, 1)
+    looking_up = next(iter(service.factory.connections.values()))
+    port = client.getpeername()[1]
+    brokers = []
+    for _ in range(count):  # accepted as they come (the listening port's backlog is 50)
+        brokers.append(socket.create_connection(("127.0.0.1", port)))
+        iterate(reactor)
+    for _ in range(50):
+        if len(service.factory.connections) == count + 1:
+            break
+        iterate(reactor)
+    for broker in brokers:
+        broker.settimeout(10)
+    for opaque in (1, 1000):  # registered (the answer kept for the connection), then renewed from memory
+        for broker, frame in zip(brokers, storm_frames(count, opaque), strict=True):
+            broker.sendall(frame)
+        readable(reactor, count)
+        for _ in range(100):
+            iterate(reactor)
+            if len(select.select(brokers, [], [], 0)[0]) == count:  # every answer sent
+                break
+        for broker in brokers:
+            assert RemotingCommand.decode(broker.recv(1 << 16)[4:]).code == 0
+    assert all(served_after_clients(p.transport) for p in service.factory.connections.values() if p is not looking_up)
+    lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Storm"}, opaque=1).encode()
+    client.sendall(lookup)  # heard before the storm
+    readable(reactor, 1)
+    iterate(reactor)
+    assert client.recv(1 << 16)
+
+    renewed: list[int] = []  # the storm's heartbeats renewed so far, one entry each
+    sent_at: list[int] = []  # the heartbeats renewed when the lookup now waiting was sent
+    meanwhile: list[int] = []  # per lookup, the heartbeats renewed from its send to its answer
+    routes = service.state.routes
+    renew_again = routes.renew_again
+
+    def renewing(kept: Any, channel: Any) -> bool:
+        renewed.append(1)
+        if not sent_at:
+            drained(client)  # the answers so far (a route of 120 brokers: a few fill the socket's buffers)
+            client.sendall(lookup)
+            sent_at.append(len(renewed))
+        return renew_again(kept, channel)
+    routes.renew_again = renewing  # type: ignore[method-assign]
+    write = looking_up._write
+
+    def answered(replies: list[bytes]) -> None:
+        if sent_at:
+            meanwhile.append(len(renewed) - sent_at.pop())
+        write(replies)
+    looking_up._write = answered  # type: ignore[method-assign]
+    for broker, frame in zip(brokers, storm_frames(count, 5000), strict=True):
+        broker.sendall(frame)
+    readable(reactor, count)
+    for _ in range(100):
+        if len(renewed) == count and not sent_at:
+            break
+        iterate(reactor)
+    assert len(renewed) == count  # every heartbeat renewed from memory, the lookups answered between them
+    assert len(meanwhile) >= count // namesrv_reactor.BROKERS_PER_TURN
+    assert max(meanwhile) <= namesrv_reactor.BROKERS_PER_TURN == 8, meanwhile
+    for broker in brokers:
+        answer = RemotingCommand.decode(broker.recv(1 << 16)[4:])
+        assert answer.code == 0 and 5000 <= answer.opaque < 5000 + count
+        broker.close()
+    client.close()
+
+def drained(connection: socket.socket) -> None:
+    """Read what ``connection`` has been sent so far, without waiting."""
+    while select.select([connection], [], [], 0)[0] and connection.recv(1 << 20):
+        pass
+
+
 #: the Python calls of a reactor turn that answers one lookup from memory (the turn as Twisted's
 #: mainLoop runs it: the due calls, the timeout, the poll, the read and the send): 23 before the
 #: answer was sent on its socket itself and the turn polled the clients' set itself, 20 before a

@@ -17,15 +17,19 @@ Per step, on a fresh server (core 0; the load and a probe process on core 1):
 - first registration of every broker (8 in flight), then the same tables again (repeated): time;
 - heartbeat storm: every broker re-sends its tables within one second: time;
 - mass disconnect: every broker's connection reset at once: time until their routes are gone;
-- during each: the probe's longest wait and its lookup p50/p99 (one connection, a closed loop, at
-  SCHED_FIFO on the load's core: ``probe_priority``), and the longest it waited for its own CPU;
+- during each: the probe's longest wait and its lookup p50/p99 (one connection, a minimal closed
+  loop of prebuilt lookups, at SCHED_FIFO on the load's core: ``probe_priority``, ``lookups``); with
+  ``--probe-split``, what the longest wait was made of (``split_lookups``, ``window``), read around
+  every lookup at a cost of its own: for traces, not for the goal's rounds;
 - in each registration phase: the brokers' own round trips (p50, longest: a storm takes at least
   the second it is spread over, so its time hardly tells servers apart that keep up; these do) and
-  this load process's CPU (``load_cpu_s``: a load generator at its limit would say so);
+  this load process's CPU (``load_cpu_s``, and ``load_cpu_us_per_frame``: a load generator at its
+  limit would say so; ``Load`` sends prebuilt frames from one loop);
 - each phase's server CPU (user and system, the process tree, every thread), until the server is
   idle again after it: steadier than the time on a shared machine, and it counts work a server
   leaves for after its answers;
-- each phase's ``probe_cpu_s`` (the probe's, ahead of the load on its core) and ``others_cpu_s``:
+- each phase's ``probe_cpu_s`` (the probe's, ahead of the load on its core; ``probe_cpu_us_per_lookup``
+  over the lookups in the phase's window) and ``others_cpu_s``:
   the CPU the machine's cores spent in the phase on anything but the server, the load and the
   probe (``/proc/stat`` less the three): a phase whose time or waits others shared a core with
   says so; and ``server_core_steal_s``, the time the host did not run the server's (virtual)
@@ -53,8 +57,10 @@ curve_report.py) from what is there.
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import compileall
+import gc
 import json
 import multiprocessing
 import os
@@ -270,18 +276,22 @@ class PhaseCpu:
     (docs/benchmarks.md, the storm's CPU)."""
 
     def __init__(self, server: Server, probe_pid: int) -> None:
-        self.server, self.probe_pid = server, probe_pid
+        self.server = server
         self.main_pid = server.main_pid()
         self.switches0 = thread_switches(self.main_pid)
         self.faults0 = pid_major_faults(self.main_pid)
+        # the probe's one thread by its schedstat: in ns, where /proc/PID/stat counts 10 ms ticks (a
+        # storm's second of the minimal probe is a few of them)
+        self.probe = Schedstat(f"/proc/{probe_pid}/task/{probe_pid}/schedstat")
         self.server0, self.load0, self.machine0, self.probe0 = (server.cpu_s(), time.process_time(), cores_busy_s(),
-                                                                pid_cpu_s(probe_pid))
+                                                                self.probe.read()[0] / 1e3)
         self.steal0 = core_steal_s(SERVER_CORE)
 
     def ended(self) -> tuple[float, float, float]:
         """(load, probe, others) CPU seconds since the start."""
         load = time.process_time() - self.load0
-        probe = pid_cpu_s(self.probe_pid) - self.probe0
+        probe = self.probe.read()[0] / 1e3 - self.probe0
+        self.probe.close()
         self.steal_s = core_steal_s(SERVER_CORE) - self.steal0
         switches = thread_switches(self.main_pid)
         self.wakeups = (switches[0] - self.switches0[0], switches[1] - self.switches0[1])
@@ -413,24 +423,31 @@ def load_priority(idle: bool) -> bool:
     return True
 
 
-def read_answer(s: socket.socket) -> None:
+#: where answers are read into (``read_answer``, ``Load``): a ``recv`` of a fresh buffer allocates it
+#: each time, and one of 1 MiB, past malloc's mmap threshold, cost an mmap, an mremap and a munmap
+#: a read (the load's 7 system calls a storm frame, 3 of them these)
+ANSWER_ROOM = 1 << 16
+
+
+def read_answer(s: socket.socket, room: memoryview = memoryview(bytearray(ANSWER_ROOM))) -> None:
     """Read one whole frame off ``s`` and drop it (the probe times answers, it does not read them):
-    one ``recv`` for a small answer, not read_frame's three and a JSON decode."""
-    data = s.recv(65536)
-    while len(data) < 4:
-        more = s.recv(65536)
+    one ``recv_into`` for a small answer, into ``room``, not read_frame's three and a JSON decode."""
+    got = s.recv_into(room)
+    while got < 4:
+        more = s.recv_into(room[got:])
         if not more:
             raise ConnectionError("closed")
-        data += more
-    missing = 4 + int.from_bytes(data[:4], "big") - len(data)
+        got += more
+    missing = 4 + int.from_bytes(room[:4], "big") - got
     while missing > 0:
-        more = s.recv(min(missing, 1 << 20))
+        more = s.recv_into(room, min(missing, len(room)))
         if not more:
             raise ConnectionError("closed")
-        missing -= len(more)
+        missing -= more
 
 
-#: a probe sample: its start (monotonic s), its round trip (s), how long of it the probe waited for
+#: a split probe's sample (``--probe-split``; the minimal probe's are its first two): its start
+#: (monotonic s), its round trip (s), how long of it the probe waited for
 #: its own CPU, how long of it the server's main thread ran and waited for a CPU (ms), how long the
 #: probe itself ran (ms: its send and read, and the loopback's delivery they do for the core's other
 #: packets), how many times the server's main thread was put on a CPU, how long core 1's
@@ -439,16 +456,71 @@ def read_answer(s: socket.socket) -> None:
 Sample = tuple[float, float, float, float, float, float, int, float, float, float, float, float]
 
 
-def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None, idle: bool = False) -> None:
-    """Lookups in a closed loop; each sample (``Sample``): its start, its round trip (s), how long
-    of it the probe itself waited for its CPU (ms: ``probe_runqueue_max_ms``, the part no server
-    caused), and how long the server's main thread (``server_pid``'s: our reactor) ran and waited
-    for its core meanwhile (``window``: what the longest wait was made of); ``idle``: the probe at
-    SCHED_IDLE (``load_priority``)."""
+#: the probe's pause between two lookups (s): it looks up about 1,000-1,800 times a second, as it did
+#: before it was made minimal, so a storm's CPU (at the ten-broker steps mostly its lookups') compares
+PROBE_PAUSE_S = 0.0005
+
+#: the probe's lookups, prebuilt (their opaques of one length): as many as it sends between two
+#: looks at its stop
+PROBE_BATCH = 64
+PROBE_OPAQUE = 1_000_000
+
+
+def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None, idle: bool = False,
+               split: bool = False) -> None:
+    """Lookups in a closed loop on one connection, on core 1 ahead of the load (``probe_priority``;
+    ``idle``: at SCHED_IDLE), sent to ``out`` at ``stop``: a minimal loop (``lookups``: prebuilt
+    frames, a send and a read a lookup, two clock reads, nothing allocated but the samples' floats)
+    or, ``split``, one that reads what the longest wait was made of around each lookup
+    (``split_lookups``).  Either is the same for every server.  The collector is off: its samples are
+    no garbage, and the heap it was forked with is the curve's (every broker's frames), which a
+    collection inside a lookup's round trip walked, on the probe's time."""
     os.sched_setaffinity(0, {1}) if (os.cpu_count() or 1) > 1 else None
     probe_priority(idle)
+    gc.disable()
     s = socket.create_connection((HOST, port), timeout=120)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # blocking, its 2 minutes the kernel's (SO_RCVTIMEO): a socket with Python's own timeout polls
+    # before every send and read, 2 system calls more a lookup
+    s.settimeout(None)
+    for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+        s.setsockopt(socket.SOL_SOCKET, option, struct.pack("ll", 120, 0))
+    requests = [frame(105, {"topic": PROBE_TOPIC}, opaque=PROBE_OPAQUE + k) for k in range(PROBE_BATCH)]
+    try:
+        samples = split_lookups(s, stop, requests, server_pid) if split else lookups(s, stop, requests)
+    finally:
+        s.close()
+    out.send(samples)
+
+
+def lookups(s: socket.socket, stop: Any, requests: list[bytes]) -> list[tuple[float, float]]:
+    """The minimal probe: (start, round trip) of each lookup, in s; a server that stopped answering
+    (for the socket's timeout) is the last sample."""
+    starts, trips = array.array("d"), array.array("d")
+    monotonic, sendall, sleep = time.monotonic, s.sendall, time.sleep
+    started = 0.0
+    try:
+        while not stop.is_set():
+            for request in requests:
+                started = monotonic()
+                sendall(request)
+                read_answer(s)
+                trips.append(monotonic() - started)
+                starts.append(started)
+                sleep(PROBE_PAUSE_S)
+    except OSError:
+        trips.append(monotonic() - started)
+        starts.append(started)
+    return list(zip(starts, trips, strict=True))
+
+
+def split_lookups(s: socket.socket, stop: Any, requests: list[bytes], server_pid: int | None) -> list[Sample]:
+    """The probe with the wait's split (``--probe-split``): each sample (``Sample``) its start, its
+    round trip (s), how long of it the probe itself waited for its CPU (ms: ``probe_runqueue_max_ms``,
+    the part no server caused), and how long the server's main thread (``server_pid``'s: our reactor)
+    ran and waited for its core meanwhile (``window``: what the longest wait was made of), read from
+    their schedstat around each lookup: some 10 preads, and two per thread of the server's, which
+    costs the probe's core several times a minimal lookup's system calls."""
     server = Schedstat(f"/proc/{server_pid}/task/{server_pid}/schedstat" if server_pid else "/nonexistent")
     others = OtherThreads(server_pid)  # the server's other threads (a pool's writers, a log's)
     own = Schedstat(f"/proc/self/task/{threading.get_native_id()}/schedstat")
@@ -456,27 +528,27 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None, id
     softirqd = Schedstat(f"/proc/{softirqd_pid}/schedstat" if softirqd_pid else "/nonexistent")
     server_softirqd = Schedstat(f"/proc/{server_softirqd_pid}/schedstat" if server_softirqd_pid else "/nonexistent")
     samples: list[Sample] = []
-    opaque = 0
+    started = 0.0
     try:
         while not stop.is_set():
-            opaque += 1
-            others.list_if_due(time.monotonic())
-            (own_ran, waited, _), (ran0, queued0, slices0) = own.read_slices(), server.read_slices()
-            others_ran0 = others.ran_ms()
-            (soft_ran0, soft_queued0), (soft0_ran0, soft0_queued0) = softirqd.read(), server_softirqd.read()
-            started = time.monotonic()
-            s.sendall(frame(105, {"topic": PROBE_TOPIC}, opaque=opaque))
-            read_answer(s)
-            rtt = time.monotonic() - started
-            ran1, queued1, slices1 = server.read_slices()
-            others_ran1 = others.ran_ms()
-            own_ran1, waited1, _ = own.read_slices()
-            (soft_ran1, soft_queued1), (soft0_ran1, soft0_queued1) = softirqd.read(), server_softirqd.read()
-            samples.append((started, rtt, waited1 - waited, ran1 - ran0, queued1 - queued0, own_ran1 - own_ran,
-                            slices1 - slices0, soft_ran1 - soft_ran0, soft_queued1 - soft_queued0,
-                            soft0_ran1 - soft0_ran0, soft0_queued1 - soft0_queued0,
-                            max(0.0, others_ran1 - others_ran0)))
-            time.sleep(0.0005)
+            for request in requests:
+                others.list_if_due(time.monotonic())
+                (own_ran, waited, _), (ran0, queued0, slices0) = own.read_slices(), server.read_slices()
+                others_ran0 = others.ran_ms()
+                (soft_ran0, soft_queued0), (soft0_ran0, soft0_queued0) = softirqd.read(), server_softirqd.read()
+                started = time.monotonic()
+                s.sendall(request)
+                read_answer(s)
+                rtt = time.monotonic() - started
+                ran1, queued1, slices1 = server.read_slices()
+                others_ran1 = others.ran_ms()
+                own_ran1, waited1, _ = own.read_slices()
+                (soft_ran1, soft_queued1), (soft0_ran1, soft0_queued1) = softirqd.read(), server_softirqd.read()
+                samples.append((started, rtt, waited1 - waited, ran1 - ran0, queued1 - queued0, own_ran1 - own_ran,
+                                slices1 - slices0, soft_ran1 - soft_ran0, soft_queued1 - soft_queued0,
+                                soft0_ran1 - soft0_ran0, soft0_queued1 - soft0_queued0,
+                                max(0.0, others_ran1 - others_ran0)))
+                time.sleep(PROBE_PAUSE_S)
     except OSError:  # a server that stopped answering for 2 min: that wait is the last sample
         samples.append((started, time.monotonic() - started, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0))
     finally:
@@ -485,7 +557,7 @@ def probe_loop(port: int, stop: Any, out: Any, server_pid: int | None = None, id
         own.close()
         softirqd.close()
         server_softirqd.close()
-        out.send(samples)
+    return samples
 
 
 def longest_started(samples: list[Sample], t0: float, t1: float) -> float | None:
@@ -496,7 +568,8 @@ def longest_started(samples: list[Sample], t0: float, t1: float) -> float | None
 
 
 def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
-    """The probe's lookups that started or were waiting in [t0, t1]: longest wait, p50, p99 (ms),
+    """The probe's lookups that started or were waiting in [t0, t1]: longest wait, p50, p99 (ms);
+    from the split probe's samples (``--probe-split``) also
     the longest the probe itself waited for its CPU during one lookup, and what the longest wait
     was made of: the server's main thread on its CPU (``probe_max_server_ran_ms``), waiting for it
     (``..._runqueue_ms``: the scheduler gave its core to others), the probe's own side (waiting for
@@ -518,8 +591,11 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
     if not rtts:
         return {"probe_max_ms": None, "lookup_p50_ms": None, "lookup_p99_ms": None, "probe_runqueue_max_ms": None}
     pick = lambda q: round(rtts[min(len(rtts) - 1, int(q * len(rtts)))], 3)  # noqa: E731
+    waits = {"probe_max_ms": round(rtts[-1], 2), "lookup_p50_ms": pick(0.5), "lookup_p99_ms": pick(0.99)}
+    if len(inside[0]) == 1:  # the minimal probe's: round trips alone
+        return waits
     longest, own_queued, ran, queued, own_ran, slices, soft_ran, soft_queued, *server_soft, others_ran = max(inside)
-    return {"probe_max_ms": round(rtts[-1], 2), "lookup_p50_ms": pick(0.5), "lookup_p99_ms": pick(0.99),
+    return {**waits,
             "probe_runqueue_max_ms": round(max(own for _, own, *_ in inside), 2),
             "probe_max_server_ran_ms": round(ran, 2), "probe_max_server_runqueue_ms": round(queued, 2),
             "probe_max_own_runqueue_ms": round(own_queued, 2), "probe_max_own_ran_ms": round(own_ran, 2),
@@ -534,83 +610,146 @@ def window(samples: list[Sample], t0: float, t1: float) -> dict[str, Any]:
 # ---- one step against one server ---------------------------------------------------------------
 
 
-class Sender:
-    """One broker's registration in flight on its connection (non-blocking): what is left of the
-    frame being sent, the answer read so far, which of its frames it is at, when it began."""
+#: how a success's answer header begins, as both servers write it (fastjson's order of the fields,
+#: which ours keeps on the wire): an answer whose header begins so is not decoded (another is, to
+#: say its code)
+SUCCESS_HEAD = b'{"code":0,'
 
-    __slots__ = ("index", "sock", "frames", "at", "out", "got", "sent")
 
-    def __init__(self, index: int, sock: socket.socket, frames: list[bytes]) -> None:
-        self.index, self.sock, self.frames, self.at = index, sock, frames, 0
-        self.out, self.got, self.sent = memoryview(frames[0]), bytearray(), time.monotonic()
+class Load:
+    """The brokers' side of a step: their connections (non-blocking), each watched in one epoll set
+    from its first sending to ``close``, and their frames sent from one tight loop, prebuilt.  A
+    registration costs this process its ``send`` and its answer's ``recv``, and a share of a poll
+    (no ``epoll_ctl`` but for a frame the socket did not take at once, no object and no decoding
+    of a successful answer): at 5,000 brokers the storm is 5,000 frames in a second on core 1,
+    which the probe shares (docs/benchmarks.md, what the curve's load and probe take)."""
 
-    def push(self) -> bool:
-        """Send what the socket takes now; whether all of the frame went."""
+    def __init__(self, conns: list[socket.socket]) -> None:
+        self.conns = conns
+        self.fds = [conn.fileno() for conn in conns]
+        self.index = {fd: i for i, fd in enumerate(self.fds)}
+        self.poller = select.epoll()
+        self.watched = bytearray(len(conns))  # whether each connection is in the set yet
+        self.room = memoryview(bytearray(ANSWER_ROOM))  # where answers are read (``ANSWER_ROOM``)
+
+    def close(self) -> None:
+        self.poller.close()
+
+    def send(self, frames: list[list[bytes]], spread: float | None) -> list[float]:
+        """Every broker's frames on its connection: ``spread`` seconds apart in all (a storm: the
+        next broker's at its due time, as the poll's millisecond timeouts allow), or IN_FLIGHT at a
+        time; each broker's round trip (s: its first frame sent to its last answered).  The collector
+        is off meanwhile: a collection of this process's heap (every broker's frames and tables, 2M
+        topic names at 1M topics) held the core the probe shares for its length, and put the sending
+        behind its schedule."""
+        collecting = gc.isenabled()
+        gc.disable()
         try:
-            self.out = self.out[self.sock.send(self.out):]
+            return self._send(frames, spread)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _send(self, frames: list[list[bytes]], spread: float | None) -> list[float]:
+        """``send``, the collector off."""
+        conns, fds, index, watched = self.conns, self.fds, self.index, self.watched
+        register, modify, poll = self.poller.register, self.poller.modify, self.poller.poll
+        monotonic, count, room = time.monotonic, len(frames), self.room
+        limit = IN_FLIGHT if spread is None else count
+        gap = spread / count if spread else 0.0
+        at = [0] * count  # which of its frames each broker is at
+        sent_at = [0.0] * count
+        left: dict[int, memoryview] = {}  # what a socket did not take of a frame yet
+        got: dict[int, bytes] = {}  # an answer read in part
+        trips: list[float] = []
+        started = flying = 0
+        begun = monotonic()
+        while len(trips) < count:
+            now = monotonic()
+            while started < count and flying < limit and (not gap or begun + started * gap <= now):
+                i = started
+                started, flying = started + 1, flying + 1
+                sent_at[i] = now
+                if not watched[i]:
+                    register(fds[i], select.EPOLLIN)
+                    watched[i] = 1
+                self._start(i, frames[i][0], left)
+            timeout = -1.0  # until an answer, unless a storm's next broker is due first
+            if gap and started < count and flying < limit:
+                timeout = max(0.0, begun + started * gap - now)
+            for fd, events in poll(timeout):
+                i = index[fd]
+                if events & select.EPOLLOUT and self._push(fd, left):
+                    modify(fd, select.EPOLLIN)
+                if not events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                    continue
+                try:
+                    n = conns[i].recv_into(room)
+                except BlockingIOError:
+                    continue
+                if not n:
+                    raise ConnectionError(f"broker {i}: the server closed its connection")
+                data: bytes | memoryview = room[:n]
+                if fd in got:
+                    data = got.pop(fd) + data
+                if len(data) < 8 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                    got[fd] = bytes(data)
+                    continue
+                answered(i, data)
+                at[i] += 1
+                if at[i] < len(frames[i]):  # the next piece of a split table
+                    self._start(i, frames[i][at[i]], left)
+                    continue
+                trips.append(monotonic() - sent_at[i])
+                flying -= 1
+        return trips
+
+    def _start(self, i: int, frame: bytes, left: dict[int, memoryview]) -> None:
+        """Send ``frame`` on broker ``i``'s connection; what the socket does not take now waits for it
+        to be writable."""
+        try:
+            sent = self.conns[i].send(frame)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(frame):
+            fd = self.fds[i]
+            left[fd] = memoryview(frame)[sent:]
+            self.poller.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+
+    def _push(self, fd: int, left: dict[int, memoryview]) -> bool:
+        """Send what the socket takes now of what was left; whether all of it went."""
+        rest = left.get(fd)
+        if rest is None:
+            return True
+        try:
+            rest = rest[self.conns[self.index[fd]].send(rest):]
         except BlockingIOError:
             pass
-        return not self.out
+        if rest:
+            left[fd] = rest
+            return False
+        del left[fd]
+        return True
 
-    def pull(self) -> bool:
-        """Read what is there; whether the broker's last answer is in (a frame's answer sends its next)."""
-        data = self.sock.recv(1 << 20)
-        if not data:
-            raise ConnectionError(f"broker {self.index}: the server closed its connection")
-        self.got += data
-        while len(self.got) >= 4 and len(self.got) >= 4 + (length := int.from_bytes(self.got[:4], "big")):
-            head = self.got[8:8 + (int.from_bytes(self.got[4:8], "big") & 0xFFFFFF)]
-            code = json.loads(bytes(head))["code"]
-            if code != 0:
-                raise RuntimeError(f"registration refused: code {code}")
-            del self.got[:4 + length]
-            self.at += 1
-            if self.at == len(self.frames):
-                return True
-            self.out = memoryview(self.frames[self.at])
-        return False
+
+def answered(i: int, data: bytes | memoryview) -> None:
+    """Check broker ``i``'s answer, one whole frame: a refusal raises."""
+    if len(data) != 4 + int.from_bytes(data[:4], "big"):
+        raise RuntimeError(f"broker {i}: {len(data)} bytes read, not one answer")
+    if data[8:8 + len(SUCCESS_HEAD)] == SUCCESS_HEAD:
+        return
+    code = json.loads(bytes(data[8:8 + (int.from_bytes(data[4:8], "big") & 0xFFFFFF)]))["code"]
+    if code != 0:
+        raise RuntimeError(f"registration refused: code {code}")
 
 
 def send_all(conns: list[socket.socket], frames: list[list[bytes]], spread: float | None) -> list[float]:
-    """Every broker's frames on its connection (non-blocking sockets): ``spread`` seconds apart in
-    all (a storm), or IN_FLIGHT at a time; each broker's round trip (s: its first frame sent to its
-    last answered).  One epoll loop over plain sockets, a send and a read a registration: 5,000
-    repeated registrations cost the brokers' side 0.19 s of CPU against 0.19-0.26 s with asyncio's
-    streams (a task, a semaphore and two ``readexactly`` a registration), a storm's 0.20 against
-    0.40, on the core it shares with the probe.  With asyncio it took as much CPU as our server's for
-    the same registrations, so the repeated phase timed the load as much as the server."""
-    poller, count = select.epoll(), len(conns)
-    limit = IN_FLIGHT if spread is None else count
-    begun = time.monotonic()
-    due = [begun + i * spread / count for i in range(count)] if spread else None
-    flying: dict[int, Sender] = {}
-    trips: list[float] = []
-    started = 0
+    """``Load.send`` on ``conns`` for one sending (the curve keeps one ``Load`` for a step's sendings)."""
+    load = Load(conns)
     try:
-        while len(trips) < count:
-            now = time.monotonic()
-            while started < count and len(flying) < limit and (due is None or due[started] <= now):
-                sender = Sender(started, conns[started], frames[started])
-                started += 1
-                flying[sender.sock.fileno()] = sender
-                poller.register(sender.sock, select.EPOLLIN if sender.push() else select.EPOLLIN | select.EPOLLOUT)
-            timeout = -1.0  # until an answer, unless a storm's next broker is due first
-            if due is not None and started < count and len(flying) < limit:
-                timeout = max(0.0, due[started] - now)
-            for fd, events in poller.poll(timeout):
-                sender = flying[fd]
-                if events & select.EPOLLOUT and sender.push():
-                    poller.modify(fd, select.EPOLLIN)
-                if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
-                    if sender.pull():
-                        trips.append(time.monotonic() - sender.sent)
-                        poller.unregister(fd)
-                        del flying[fd]
-                    elif sender.out and not sender.push():  # the next piece of a split table
-                        poller.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+        return load.send(frames, spread)
     finally:
-        poller.close()
-    return trips
+        load.close()
 
 
 async def cpu_until_idle(server: Server, timeout: float = 60) -> float:
@@ -667,20 +806,21 @@ def routes_gone(port: int, topics: list[str]) -> bool:
 
 
 async def run_step(step: Step, server: Server, port: int, disconnect_timeout: float,
-                   load_idle: bool = False, probe_idle: bool = False) -> dict[str, Any]:
-    """One step's phases on a started server (``load_idle``, ``probe_idle``: the load, the probe at
+                   load_idle: bool = False, probe_idle: bool = False, probe_split: bool = False) -> dict[str, Any]:
+    """One step's phases on a started server (``probe_split``: the probe that reads the wait's
+    split, ``probe_loop``; ``load_idle``, ``probe_idle``: the load, the probe at
     SCHED_IDLE meanwhile, ``load_priority``)."""
     if load_idle:
         load_priority(True)
     try:
-        return await _run_step(step, server, port, disconnect_timeout, probe_idle)
+        return await _run_step(step, server, port, disconnect_timeout, probe_idle, probe_split)
     finally:
         if load_idle:
             load_priority(False)
 
 
 async def _run_step(step: Step, server: Server, port: int, disconnect_timeout: float,
-                    probe_idle: bool) -> dict[str, Any]:
+                    probe_idle: bool, probe_split: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_mib_idle": server.rss_mib()}
     tables = broker_tables(step)
     first = [register_frames(n, a, t, 1) for n, a, t in tables]
@@ -690,8 +830,8 @@ async def _run_step(step: Step, server: Server, port: int, disconnect_timeout: f
             s.sendall(f)
             read_frame(s)
         stop, (receive, send) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
-        probe = multiprocessing.Process(target=probe_loop, args=(port, stop, send, server.main_pid(), probe_idle),
-                                        daemon=True)
+        probe = multiprocessing.Process(target=probe_loop, daemon=True,
+                                        args=(port, stop, send, server.main_pid(), probe_idle, probe_split))
         probe.start()
         try:
             await asyncio.sleep(1)
@@ -707,10 +847,11 @@ async def _run_step(step: Step, server: Server, port: int, disconnect_timeout: f
             conns = [socket.create_connection((HOST, port)) for _ in tables]
             for conn in conns:
                 conn.setblocking(False)
+            load = Load(conns)
             for phase, spread in (("first_registration", None), ("repeated_registration", None),
                                   ("heartbeat_storm", 1.0)):
                 t0, meter = time.monotonic(), PhaseCpu(server, probe.pid)
-                trips[phase] = sorted(send_all(conns, first, spread))
+                trips[phase] = sorted(load.send(first, spread))
                 phases[phase] = (t0, time.monotonic())
                 load_cpu[phase], probe_cpu[phase], others[phase] = meter.ended()
                 steal[phase], wakeups[phase], faults[phase] = meter.steal_s, meter.wakeups, meter.major_faults
@@ -720,6 +861,7 @@ async def _run_step(step: Step, server: Server, port: int, disconnect_timeout: f
                     out["rss_mib_registered"] = server.rss_mib()
                 await asyncio.sleep(0.3)
             last_topics = sorted({tables[0][2][0], tables[-1][2][-1]})
+            load.close()
             t0, meter = time.monotonic(), PhaseCpu(server, probe.pid)
             for conn in conns:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -750,15 +892,18 @@ async def _run_step(step: Step, server: Server, port: int, disconnect_timeout: f
     for phase, (t0, t1) in phases.items():
         out[f"{phase}_s"] = round(t1 - t0, 3)
         out[f"{phase}_cpu_s"] = round(cpu[phase], 3)
-        if phase in load_cpu:
+        lookups = sum(1 for sample in samples if t0 <= sample[0] <= t1)
+        if phase in load_cpu:  # the measuring processes' own share: the load's a frame, the probe's a lookup
             out[f"{phase}_load_cpu_s"] = round(load_cpu[phase], 3)
-        out[f"{phase}_probe_cpu_s"] = round(probe_cpu[phase], 2)
+            out[f"{phase}_load_cpu_us_per_frame"] = round(load_cpu[phase] * 1e6 / sum(map(len, first)), 1)
+        out[f"{phase}_probe_cpu_s"] = round(probe_cpu[phase], 3)
+        out[f"{phase}_probe_cpu_us_per_lookup"] = round(probe_cpu[phase] * 1e6 / lookups, 1) if lookups else None
         out[f"{phase}_others_cpu_s"] = round(max(0.0, others[phase]), 2)
         out[f"{phase}_server_core_steal_s"] = round(steal[phase], 2)
         # over the phase's window (not until idle, as its CPU: the probe's lookups alone wake a reactor
         # about a thousand times a second), beside the probe's lookups in it, each a wake-up at most
         out[f"{phase}_server_wakeups"], out[f"{phase}_server_thread_wakeups"] = wakeups[phase]
-        out[f"{phase}_probe_lookups"] = sum(1 for sample in samples if t0 <= sample[0] <= t1)
+        out[f"{phase}_probe_lookups"] = lookups
         out[f"{phase}_server_major_faults"] = faults[phase]  # each a sleep of a thread, neither running nor runnable
         if trips.get(phase):  # what each broker waited for its answers (a storm's time is its spread's)
             ordered = trips[phase]
@@ -820,12 +965,14 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 
 def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scratch: Path, records_path: Path,
             disconnect_timeout: float, ready_timeout: float, after_each: Any = None,
-            quiet_timeout: float = 30, load_idle: bool = False, probe_idle: bool = False) -> list[dict[str, Any]]:
+            quiet_timeout: float = 30, load_idle: bool = False, probe_idle: bool = False,
+            probe_split: bool = False) -> list[dict[str, Any]]:
     """Every (round, step, server) not already measured in ``records_path``, appended to it as
     soon as it ends: a run stopped at any point leaves every finished run, and the same command
     goes on from there. A run that failed is tried again. ``ready_timeout``: how long a server
     may take to answer (a command that first waits for a shared resource needs long); ``load_idle``,
-    ``probe_idle``: the load, the probe at SCHED_IDLE while each step runs (``load_priority``)."""
+    ``probe_idle``: the load, the probe at SCHED_IDLE while each step runs (``load_priority``);
+    ``probe_split``: the probe that reads the wait's split (``probe_loop``), said in each record."""
     records = load_records(records_path)
     if records_path.exists() and not records_path.read_bytes().endswith(b"\n"):
         with records_path.open("a") as f:  # a line cut by a kill: the next run starts a line of its own
@@ -846,11 +993,13 @@ def measure(steps: list[Step], servers: dict[str, str | None], rounds: int, scra
                                                                                          time.gmtime()),
                                           "loadavg": [round(x, 2) for x in load], "quiet_before": quiet,
                                           **({"load_priority": "idle"} if load_idle else {}),
-                                          **({"probe_priority": "idle"} if probe_idle else {})}
+                                          **({"probe_priority": "idle"} if probe_idle else {}),
+                                          "probe": "split" if probe_split else "minimal"}
                 try:
                     port = server.wait_ready(ready_timeout)
                     record["server_pid"] = server.main_pid()
-                    figures = asyncio.run(run_step(step, server, port, disconnect_timeout, load_idle, probe_idle))
+                    figures = asyncio.run(run_step(step, server, port, disconnect_timeout, load_idle, probe_idle,
+                                                            probe_split))
                     record["phase_windows"] = figures.pop("phase_windows")
                     # what a scheduler trace of the run needs to say who held the server's core
                     record["probe_max_at"] = figures.pop("probe_max_at")
@@ -955,6 +1104,11 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
                         "load_priority idle; off by default")
     p.add_argument("--probe-idle", action="store_true",
                    help="the probe at SCHED_IDLE too, not SCHED_FIFO (records: probe_priority idle); off by default")
+    p.add_argument("--probe-split", action="store_true",
+                   help="the probe reads the server's, its own and the softirq threads' schedstat around each lookup "
+                        "(the longest wait's split, probe_max_server_runqueue_ms...; records: probe split): some 10 "
+                        "preads a lookup more, and one per thread of the server's, on the load's core; off by "
+                        "default, for traces, not for the goal's timing rounds")
     a = p.parse_args(argv)
     every = [n for n in STEPS if n != "tiny"]  # tiny: the tool's smoke run, no curve step
     names = REDUCED if a.steps == "reduced" else every if a.steps == "all" else a.steps.split(",")
@@ -991,7 +1145,8 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
         print(f"[curve] runs written to {records_path}", file=sys.stderr, flush=True)
         try:
             records = measure(steps, servers, a.rounds, scratch, records_path, a.disconnect_timeout,
-                              a.ready_timeout, report, a.quiet_timeout, a.load_idle, a.probe_idle)
+                              a.ready_timeout, report, a.quiet_timeout, a.load_idle, a.probe_idle,
+                              a.probe_split)
         finally:
             tidy(scratch)
     report(records)

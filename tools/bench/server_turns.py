@@ -239,6 +239,8 @@ def report(path: Path, top: int, records_path: Path | None = None) -> None:
     for phase, (t0, t1) in windows.items():
         print(f"-- {phase} ({t1 - t0:.3f} s)")
         report_kinds([r for r in records if t0 <= r[1] <= t1], top)
+        if (line := served_per_turn([r for r in records if t0 <= r[1] <= t1])) is not None:
+            print(line)
         if phase in waits:
             start, wait = waits[phase]
             print(f"the longest probe wait, {wait:.2f} ms:")
@@ -246,6 +248,17 @@ def report(path: Path, top: int, records_path: Path | None = None) -> None:
     if windows:
         print("-- the whole run")
     report_kinds(records, top)
+
+
+def served_per_turn(records: list[list[Any]]) -> str | None:
+    """How many ready sockets the reactor's turns served (the clients', the newcomers' and at most
+    ``reactor.BROKERS_PER_TURN`` of the brokers'): the most, and how many turns served each count;
+    None where the records do not say (Twisted's reactor, an older record)."""
+    served = collections.Counter(r[10] for r in records if r[0] == "io" and len(r) >= 12)
+    if not served:
+        return None
+    counts = ", ".join(f"{n}: {turns}" for n, turns in sorted(served.items()))
+    return f"sockets served a turn: at most {max(served)} ({sum(served.values())} turns; served: turns {counts})"
 
 
 def report_kinds(records: list[list[Any]], top: int) -> None:

@@ -6,7 +6,7 @@ and all at once (many a turn).
 A benchmark, not a test.  Runs ``python -m twisted_namesrv`` (``--tree``: another checkout's, a
 ``git worktree`` of another commit) on core 0, registers a curve step's first ``--brokers`` brokers
 (8 in flight, as ``scale.py --curve`` does), sends their tables twice more as they were (each
-renewed from then on), then once per ``--spreads`` value: over that many seconds (``curve.send_all``'s
+renewed from then on), then once per ``--spreads`` value: over that many seconds (``curve.Load``'s
 storm), 0 meaning 8 in flight (the curve's repeated registration).  Per sending it prints the
 reactor thread's CPU from its ``schedstat`` (exact, where ``/proc/PID/stat``'s ticks are sampled)
 and the times it was put on a CPU (its wake-ups, about), over the sending and a second after it, and
@@ -28,6 +28,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,7 +39,7 @@ from procfs import Schedstat, thread_switches  # noqa: E402
 SETTLE_SECONDS = 1.0
 
 
-def sending(conns: list[socket.socket], frames: list[list[bytes]], spread: float,
+def sending(send: Callable[[list[list[bytes]], float | None], object], frames: list[list[bytes]], spread: float,
             reactor: Schedstat, pid: int) -> dict[str, float]:
     """Every broker's frames once, ``spread`` seconds apart in all (0: 8 in flight): the reactor
     thread's CPU (ms), times put on a CPU and wake-ups (its sleeps: the curve's ``server_wakeups``;
@@ -47,7 +48,7 @@ def sending(conns: list[socket.socket], frames: list[list[bytes]], spread: float
     ran0, _, slices0 = reactor.read_slices()
     woken0 = thread_switches(pid)[0]
     began = time.monotonic()
-    curve.send_all(conns, frames, spread or None)
+    send(frames, spread or None)
     wall = time.monotonic() - began
     time.sleep(SETTLE_SECONDS)
     ran1, _, slices1 = reactor.read_slices()
@@ -73,25 +74,29 @@ def main() -> None:
     curve.REPO = a.tree.resolve()  # the server's working directory: its code
     server = curve.Server(None, scratch, "ours", step=step)
     conns: list[socket.socket] = []
+    load: curve.Load | None = None
     try:
         port = server.wait_ready(120)
         pid = server.proc.pid
         reactor = Schedstat(f"/proc/{pid}/task/{pid}/schedstat")
         conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
         for conn in conns:
-            conn.setblocking(False)  # as the curve's load sends them (curve.send_all)
+            conn.setblocking(False)  # as the curve's load sends them (curve.Load)
+        load = curve.Load(conns)  # one for every sending, as the curve keeps one for a step
         for _ in range(3):  # registered, then renewed from memory from the next sending on
-            curve.send_all(conns, frames, None)
+            load.send(frames, None)
         time.sleep(SETTLE_SECONDS)
         print(f"{a.tree}: {a.step}, {len(tables):,} brokers' heartbeats (load {os.getloadavg()[0]:.1f})", flush=True)
         for spread in spreads:
-            got = sending(conns, frames, spread, reactor, pid)
+            got = sending(load.send, frames, spread, reactor, pid)
             how = f"over {spread:g} s" if spread else "8 in flight"
             print(f"  {how:>12}: {got['cpu_ms']:7.1f} ms of the reactor's CPU, {got['slices']:5} times on a CPU "
                   f"({got['wakeups']:5} woken), "
                   f"{got['cpu_ms'] * 1e3 / len(tables):6.1f} µs a heartbeat (wall {got['wall_s']:.2f} s, "
                   f"load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
+        if load is not None:
+            load.close()
         for conn in conns:
             conn.close()
         server.stop()
