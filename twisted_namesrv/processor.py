@@ -368,7 +368,7 @@ def _fused_steps(state: NamesrvState, frame: bytes, peer: Peer, header: Register
     topology = state.topology
     topology.origin = peer.address  # as register_broker_steps
     try:
-        result = routes.apply_registration(plan)
+        result = routes.apply_registration(plan, just_made=True)  # (run at once: nothing ran since plan_steps)
     except RegistrationRefused as refusal:
         request = RemotingCommand.decode(frame, state.answers.headers)
         return Fused(request, Answer(registration_refused(state, request, peer, refusal, names)))

@@ -11,7 +11,7 @@ import hashlib
 import struct
 import zlib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Annotated, Any, NamedTuple, Protocol
 
@@ -129,15 +129,18 @@ class TablePieces:
     first: bytes = b""
 
 
-@dataclass(slots=True)
-class RegisterBrokerBody:
-    dataVersion: DataVersion = field(default_factory=DataVersion)
-    topicConfigTable: dict[str, TopicConfig] = field(default_factory=dict)
-    filterServerList: list[str] = field(default_factory=list)
-    topicQueueMappingInfoMap: dict[str, dict[str, Any]] = field(default_factory=dict)
+class RegisterBrokerBody(msgspec.Struct, gc=False):
+    """A decoded registration body.  A msgspec Struct, made in C (a generated ``__init__`` and its
+    default factories were ten lines of Python a registration); gc=False: it refers to nothing
+    that refers back to it."""
+
+    dataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
+    topicConfigTable: dict[str, TopicConfig] = msgspec.field(default_factory=dict)
+    filterServerList: list[str] = msgspec.field(default_factory=list)
+    topicQueueMappingInfoMap: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     #: 5.x JSON form only, carried through unchanged
-    mappingDataVersion: DataVersion = field(default_factory=DataVersion)
-    topicQueueMappingDetailMap: dict[str, Any] = field(default_factory=dict)
+    mappingDataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
+    topicQueueMappingDetailMap: dict[str, Any] = msgspec.field(default_factory=dict)
     #: SHA-1 of everything but the dataVersion: equal digests, equal topic tables (None: unknown)
     tableDigest: bytes | None = None
     #: the table equals the one whose digest the caller passed, so it was not decoded: only

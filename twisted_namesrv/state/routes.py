@@ -750,15 +750,17 @@ class RouteInfoManager:
                           cluster=req.clusterName if broker is None else broker.cluster)
 
     @_one_change
-    def apply_registration(self, plan: RegistrationPlan) -> RegisterBrokerResult | None:
+    def apply_registration(self, plan: RegistrationPlan, just_made: bool = False) -> RegisterBrokerResult | None:
         """Java's registerBroker, applying a plan (state/registration.py): the one place a
         registration changes the tables. None means 5.3.3's refusal ("register broker failed").
         The plan's staged entries hold if nothing changed since it was made (its generation) and
         the rules it assumed are still the rules; else they are worked out again here, where what
-        follows changes no queue data before _apply_topics."""
+        follows changes no queue data before _apply_topics.  ``just_made``: the caller made the
+        plan right before, nothing run between (processor.register_fused): the rules it worked out
+        are the tables' now, not worked out a second time."""
         p = self.profile
         req = plan.request
-        rules = self.topic_rules(req)  # before anything changes
+        rules = plan.rules if just_made and plan.rules is not None else self.topic_rules(req)  # before anything changes
         fresh = plan.generation == self.generation and plan.rules == rules
         staging = self._staging(plan, rules, fresh)
         key = self.live_key(req.clusterName, req.brokerAddr)
