@@ -44,7 +44,7 @@ from functools import partial, reduce
 from typing import BinaryIO
 
 import pyarrow as pa
-from pyspark import SparkContext, StorageLevel, TaskContext, cloudpickle
+from pyspark import RDD, SparkContext, StorageLevel, TaskContext, cloudpickle
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -194,7 +194,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     ahead = PlannedAhead(spark, spool, cores, shares) if spool is not None and tables_out else None
     page_ready = report_ready() if report else None  # while the Spark jobs run, not after the last
     with progress.meanwhile("reading"):
-        pieces, read = _ReadPieces.of(first, kept=spool)
+        pieces, read = _ReadPieces.of(spark, first, kept=spool)
     file_rows = findings.input_files(files, read)
     # said on the console only: the report files of a capture stay the same whenever it is read
     still = {file.path: why for file, row in zip(files, file_rows, strict=True) if findings.may_be_still_written(row)
@@ -443,11 +443,16 @@ def cut_read_elsewhere(parts: FileParts, kept: Mapping[str, Mapping[ConnectionKe
 
 
 def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFile], ports: Ports,
-            spool: str | None = None, counted_cost: int = balance.COUNTED_COST, kept: str | None = None) -> DataFrame:
+            spool: str | None = None, counted_cost: int = balance.COUNTED_COST,
+            kept: str | None = None) -> DataFrame | RDD[bytes]:
     """The pieces of every input, as Arrow batches from Python tasks: one task per local task of
     splits (its index is all the task is given), and tasks over the files Spark reads whole; each
     task's last row holds its tally. ``kept``: a directory of this machine (a local master) where
-    the tasks keep their pieces' rows and payloads (KeptPieces)."""
+    the tasks keep their pieces' rows and payloads (KeptPieces); there, with no file read whole, a
+    plain RDD job whose tasks give their batches as an Arrow stream each (read_by_rdd)."""
+    if kept is not None and tasks and not whole and read_by_rdd():
+        return spark.sparkContext.parallelize(range(len(tasks)), len(tasks)).mapPartitions(
+            partial(_read_tasks_streamed, tasks=tasks, ports=ports, spool=spool, counted_cost=counted_cost, kept=kept))
     parts = []
     if tasks:
         indexes = spark.range(0, len(tasks), 1, len(tasks))
@@ -461,15 +466,44 @@ def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFi
     return reduce(DataFrame.union, parts)
 
 
+def read_by_rdd() -> bool:
+    """Whether a local master's reading tasks, keeping their pieces (KeptPieces), over local files
+    only, run as a plain RDD job: what they give the driver is a few thousand places of tens of
+    bytes, which a query (mapInArrow, then toArrow) cost the driver 60 calls to the JVM and the JVM
+    its analysis and planning of the query before the first task, and the batches' conversion to
+    its rows and back, with every core waiting at the run's start; an RDD's job 31 calls and half
+    the JVM's CPU (docs/benchmarks.md). Elsewhere the pieces are a DataFrame that Spark caches and
+    shuffles to the decoding tasks."""
+    return True
+
+
 def _read_tasks(batches: Iterable[pa.RecordBatch], tasks: list[list[Split]], ports: Ports,
                 spool: str | None = None, counted_cost: int = balance.COUNTED_COST,
                 kept: str | None = None) -> Iterator[pa.RecordBatch]:
     worker.settle()
-    read = partial(inputs.read_task, spool=spool)
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            with _kept_pieces(kept) as keep:
-                yield from _piece_batches(read, tasks[index], ports=ports, counted_cost=counted_cost, keep=keep)
+            yield from _read_task(index, tasks, ports, spool, counted_cost, kept)
+
+
+def _read_tasks_streamed(indexes: Iterable[int], tasks: list[list[Split]], ports: Ports,
+                         spool: str | None = None, counted_cost: int = balance.COUNTED_COST,
+                         kept: str | None = None) -> Iterator[bytes]:
+    """_read_tasks in an RDD's task (read_by_rdd): the same batches, as one Arrow stream a task."""
+    worker.settle()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, _ARROW_PIECES) as writer:
+        for index in indexes:
+            for batch in _read_task(index, tasks, ports, spool, counted_cost, kept):
+                writer.write_batch(batch)
+    yield sink.getvalue().to_pybytes()
+
+
+def _read_task(index: int, tasks: list[list[Split]], ports: Ports, spool: str | None, counted_cost: int,
+               kept: str | None) -> Iterator[pa.RecordBatch]:
+    with _kept_pieces(kept) as keep:
+        yield from _piece_batches(partial(inputs.read_task, spool=spool), tasks[index], ports=ports,
+                                  counted_cost=counted_cost, keep=keep)
 
 
 def _read_files(batches: Iterable[pa.RecordBatch], whole: dict[str, CaptureFile], ports: Ports,
@@ -588,6 +622,15 @@ def _beside_note(guessed: int) -> str:
         "routes)" if guessed else ""
 
 
+def _places(pieces: DataFrame | RDD[bytes]) -> pa.Table:
+    """The reading tasks' batches, collected: a DataFrame's by Arrow, an RDD's streams (read_by_rdd)
+    read in the order of its tasks, as a DataFrame's come."""
+    if isinstance(pieces, DataFrame):
+        return pieces.toArrow()
+    return pa.Table.from_batches([batch for stream in pieces.collect() for batch in pa.ipc.open_stream(stream)],
+                                 schema=_ARROW_PIECES)
+
+
 class _ReadPieces:
     """The reading tasks' pieces, as the decoding tasks get them: a task per share, the costliest
     4-tuples dealt out (balance.deal), the others by Spark's hash of their ends.
@@ -610,18 +653,19 @@ class _ReadPieces:
         self.handed = 0  # the hand-outs written so far (each decoded() of located pieces writes one)
 
     @classmethod
-    def of(cls, pieces: DataFrame, kept: str | None) -> tuple[_ReadPieces, Tally]:
-        """Run the reading tasks: their pieces, and their tallies added up. ``kept``: the job's
-        spool directory where the reading tasks kept them (KeptPieces), and where the hand-outs go."""
+    def of(cls, spark: SparkSession, pieces: DataFrame | RDD[bytes], kept: str | None) -> tuple[_ReadPieces, Tally]:
+        """Run the reading tasks (_pieces): their pieces, and their tallies added up. ``kept``: the
+        job's spool directory where the reading tasks kept them (KeptPieces), and where the hand-outs go."""
         if kept is None:
+            assert isinstance(pieces, DataFrame), "Spark caches and shuffles the pieces"
             pieces = pieces.persist(StorageLevel.MEMORY_AND_DISK)
             read = _merged(row.tally for row in pieces.where("tally IS NOT NULL").select("tally").collect())
             # conditions as SQL text: one call to the JVM each
-            return cls(pieces.sparkSession, pieces.where("tally IS NULL").drop("tally"), None), read
-        table = pieces.toArrow()
+            return cls(spark, pieces.where("tally IS NULL").drop("tally"), None), read
+        table = _places(pieces)
         tallies = table.column("tally")
         read = _merged(tally for tally in tallies.to_pylist() if tally is not None)
-        return cls(pieces.sparkSession, None, table.filter(tallies.is_null()).drop_columns(["tally"]), kept), read
+        return cls(spark, None, table.filter(tallies.is_null()).drop_columns(["tally"]), kept), read
 
     @property
     def hands_out(self) -> bool:

@@ -186,12 +186,18 @@ def liveness_tasks(cores: int, servers: int | None) -> int:
 def _judged(server: str, found: list[tuple], routes: list[SessionRoutes], sessions: Sessions,
             story: EndpointStory | None) -> list[dict] | None:
     """The stories of failed lookups decoded beside the replay, judged by its routes; None where
-    one is past where its session's replay ran (a lookup sets its session's end: replay_server)."""
+    one is past where its session's replay ran (a lookup sets its session's end: replay_server).
+    One look at each session's end, as the replay closes each session once (at its last event):
+    within a session the end a time is observed to grows with it (Sessions.end_of), so the
+    session's last lookup says whether any of its lookups is past the replay's end; a client
+    failing lookups all day sent tens of thousands, each a search of its server's spans."""
     asked = sorted(({"t": t, "topic": topic, "client": client} for t, topic, client in found), key=itemgetter("t"))
     ran = {session.start: session for session in routes}
-    for event in asked:
-        session = ran.get(sessions.start_of(server, event["t"]))
-        if session is not None and not session.stopped and sessions.end_of(server, event["t"]) > session.end:
+    for start, _, after in sessions.runs_of(server, [event["t"] for event in asked]):
+        session = ran.get(start)
+        if session is None or session.stopped:
+            continue
+        if sessions.end_of(server, asked[after - 1]["t"]) > session.end:
             return None
     return lookup_stories(judge_lookups(server, asked, routes, sessions, story), server)
 

@@ -107,7 +107,19 @@ def build_session(master: str | None = None, ui: bool = False, conf: dict[str, s
         if log_configuration:  # read once, as the JVM started: not left behind in the temp directory
             os.unlink(log_configuration)
     spark.sparkContext.setLogLevel(log_level)
+    _workers_as_queries(spark)
     return spark
+
+
+def _workers_as_queries(spark: SparkSession) -> None:
+    """Every Python function of this context gets the environment Spark's SQL runners (those of
+    the job's mapInArrow tasks) add to a Python worker's: workers are pooled by their environment,
+    so that a plain RDD's tasks (start_workers', a local master's reading: job.read_by_rdd) and a
+    query's take theirs from one pool, not two pools of a worker a core each."""
+    sc = spark.sparkContext
+    for key, default, variable in _SQL_WORKER_ENVIRONMENT:
+        if spark.conf.get(key, default) == "true":
+            sc.environment[variable] = "1"
 
 
 def _log4j2(level: str) -> str:
@@ -259,15 +271,13 @@ def start_workers(spark: SparkSession) -> threading.Thread | None:
     (PySpark's daemon, the interpreter, the job's modules imported). Started by a job of its own
     from a thread: a plain RDD job, which needs no query planning. Python workers are pooled by
     their environment, to which Spark's SQL runners (those of the job's tasks) add the traceback
-    settings: every Python function of this context gets them too, or the workers started would
-    not be the ones the job's tasks get. Returns the thread (join it before stopping the session),
-    or None where this process has one CPU: the driver and the workers would take turns on it."""
+    settings: build_session gives every Python function of the context them too, or the workers
+    started would not be the ones the job's tasks get. Returns the thread (join it before stopping
+    the session), or None where this process has one CPU: the driver and the workers would take
+    turns on it."""
     sc = spark.sparkContext
     if sc.master.startswith("local") and _cpus() < 2:
         return None
-    for key, default, variable in _SQL_WORKER_ENVIRONMENT:
-        if spark.conf.get(key, default) == "true":
-            sc.environment[variable] = "1"
     thread = threading.Thread(target=_start_workers, args=(sc,), name="start-workers", daemon=True)
     thread.start()
     return thread

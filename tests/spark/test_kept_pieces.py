@@ -81,10 +81,11 @@ def _report_files(out: Path) -> dict[str, bytes]:
 def test_a_local_master_hands_the_kept_pieces_out_as_spark_shuffled_them(
         spark, synthetic: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a local master the driver hands each decoding task its kept pieces' places itself
-    (_ReadPieces): Spark caches nothing of the reading job (the second job is planned without the
-    pieces' cache, filters and deal, while every core waits for the driver), and every file of the
-    report, each table's part files too, is byte for byte what Spark's cache and shuffle of the same
-    pieces give."""
+    (_ReadPieces), which the reading tasks gave as a plain RDD's job (job.read_by_rdd): Spark caches
+    nothing of the reading job (the second job is planned without the pieces' cache, filters and
+    deal, while every core waits for the driver), and every file of the report, each table's part
+    files too, is byte for byte what Spark's cache and shuffle of the same pieces, read as a query,
+    give."""
     capture = str(synthetic[0])
     persisted: list[object] = []
     frames = type(spark.range(1))  # pyspark's DataFrame as this session makes them
@@ -93,7 +94,9 @@ def test_a_local_master_hands_the_kept_pieces_out_as_spark_shuffled_them(
     job.analyse(spark, [capture], str(tmp_path / "handed"), log=lambda _: None)
     assert persisted == []
     of = job._ReadPieces.of.__func__
-    monkeypatch.setattr(job._ReadPieces, "of", classmethod(lambda cls, pieces, kept: of(cls, pieces, kept=None)))
+    monkeypatch.setattr(job._ReadPieces, "of", classmethod(lambda cls, spark, pieces, kept: of(cls, spark, pieces,
+                                                                                           kept=None)))
+    monkeypatch.setattr(job, "read_by_rdd", lambda: False)
     job.analyse(spark, [capture], str(tmp_path / "shuffled"), log=lambda _: None)
     assert len(persisted) == 1  # the pieces, cached
     handed, shuffled = _report_files(tmp_path / "handed"), _report_files(tmp_path / "shuffled")
@@ -129,7 +132,8 @@ def test_the_guessed_clients_are_decoded_by_the_liveness_stage_s_own_function(
     """On two cores the guessed clients' pieces are decoded beside the replay: handed out by the
     driver, by the liveness tasks' own Python function (liveness_stage.Beside), not a plan of their
     own, which the driver made between the jobs while every core waited (~32 calls to the JVM).
-    Three Python functions a run, as on one core: reading, decoding, the liveness stage."""
+    Two queries' Python functions a run, as on one core: decoding and the liveness stage (the
+    reading is a plain RDD's job: job.read_by_rdd)."""
     frames = type(spark.range(1))
     map_in_arrow = frames.mapInArrow
     planned: list[str] = []
@@ -142,7 +146,7 @@ def test_the_guessed_clients_are_decoded_by_the_liveness_stage_s_own_function(
     progress: list[str] = []
     job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=progress.append, counted_cost=0)
     assert any("guessed clients' decoded beside the replay" in line for line in progress)
-    assert planned == ["_read_tasks", "_decode_handed", "_stage_batches"]
+    assert planned == ["_decode_handed", "_stage_batches"]
 
 
 def test_the_liveness_stage_runs_a_python_task_a_core_which_take_the_batches_beside(

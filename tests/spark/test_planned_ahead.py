@@ -38,18 +38,18 @@ def test_the_second_job_is_planned_before_the_first_runs_and_writes_the_same_fil
 
     of = job._ReadPieces.of.__func__
 
-    def read_after_planning(cls, pieces, kept):
+    def read_after_planning(cls, spark, pieces, kept):
         for thread in threading.enumerate():
             if thread.name == "plan-ahead":
                 thread.join()
         reading.append(True)
-        return of(cls, pieces, kept)
+        return of(cls, spark, pieces, kept)
 
     monkeypatch.setattr(frames, "mapInArrow", counted)
     monkeypatch.setattr(job._ReadPieces, "of", classmethod(read_after_planning))
     progress: list[str] = []
     job.analyse(spark, [str(synthetic[0])], str(tmp_path / "ahead"), log=progress.append, counted_cost=counted_cost)
-    assert planned == [("_read_tasks", False), ("_decode_handed", False), ("_stage_batches", False)]
+    assert planned == [("_decode_handed", False), ("_stage_batches", False)]  # the reading: an RDD's job
     assert any("guessed clients' decoded beside the replay" in line for line in progress) == (counted_cost == 0)
 
     def fail(*_):
@@ -60,7 +60,7 @@ def test_the_second_job_is_planned_before_the_first_runs_and_writes_the_same_fil
     reading.clear()
     job.analyse(spark, [str(synthetic[0])], str(tmp_path / "after"), log=lambda _: None, counted_cost=counted_cost)
     replay = "_stage_batches" if counted_cost == 0 else "_liveness_batches"  # as before: no work beside it
-    assert planned == [("_read_tasks", False), ("_decode_handed", True), (replay, True)]
+    assert planned == [("_decode_handed", True), (replay, True)]
     ahead, after = _report_files(tmp_path / "ahead"), _report_files(tmp_path / "after")
     assert sum(name.endswith(".parquet") for name in ahead) > 4
     assert ahead == after

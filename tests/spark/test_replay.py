@@ -269,6 +269,68 @@ def test_lookups_judged_from_the_routes_of_a_replay_without_them_are_judged_alik
         ("K", 1, "restarted")]
 
 
+class _EndsAsked(Sessions):
+    """Sessions that note each end_of asked of them."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list[float] = []
+
+    def end_of(self, server: str | None, t: float) -> float:
+        self.asked.append(t)
+        return super().end_of(server, t)
+
+
+def test_lookups_decoded_beside_the_replay_look_at_each_session_s_end_once() -> None:
+    """The driver judges lookups decoded beside the replay (liveness_stage._judged) only where each
+    fell within where its session's replay ran: a lookup past it (after the session's observed span
+    ended and its replay's last event) would have moved that end, and the caller replays again.
+    Each session's end is looked at once, at its last lookup, as the replay closes each session once
+    (a capture of one client failing lookups all day is tens of thousands), whatever came before it
+    in the session; a session that ended with its server going away is not looked at (its end is
+    the server's). Within the ends, they are judged as the replay given them judges them."""
+    from spark_analysis.spark.liveness_stage import _judged
+
+    def sessions(kind=Sessions):
+        return kind((0.0, 400.0), period_ends=(350.0, 900.0))
+
+    lookup = {"broker_addr": None, "broker_id": None, "alive": False, "client": "10.0.0.5:40000",
+              "response_code": 17}
+
+    def asked(*times: float) -> list[dict]:
+        return [event(t, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="X", **lookup) for t in times]
+
+    events = [registration(10.0), registration(340.0), registration(410.0)]
+
+    def replay(given: list[dict]):
+        plain = sessions()
+        return replay_server(SERVER, [dict(e) for e in given], plain, None, lambda t: plain.end_of(SERVER, t))
+
+    routes = replay(events).routes
+    assert [(r.start, r.end, r.stopped) for r in routes] == [(0.0, 350.0, False), (400.0, 900.0, False)]
+
+    def judged(lookups: list[dict], given=routes):
+        counting = sessions(_EndsAsked)
+        found = _judged(SERVER, [(e["t"], e["topic"], e["client"]) for e in reversed(lookups)], given, counting,
+                        None)
+        return found, counting.asked
+
+    within = asked(20.0, 30.0, 349.0, 410.0, 420.0, 899.0)
+    found, ends_asked = judged(within)
+    assert ends_asked == [349.0, 899.0]
+    assert found == lookup_stories(replay(events + within).lookups, SERVER)
+    assert [(s["first"], s["count"]) for s in found] == [(iso_time(20.0), 3), (iso_time(410.0), 3)]
+
+    found, ends_asked = judged(asked(20.0, 30.0, 370.0, 410.0))  # 370: after the span ended, before 400
+    assert found is None
+    assert ends_asked == [370.0]
+
+    routes[0].stopped = True
+    found, ends_asked = judged(asked(20.0, 370.0, 410.0))
+    assert ends_asked == [410.0]
+    assert [(s["first"], s["count"]) for s in found] == [(iso_time(20.0), 2), (iso_time(410.0), 1)]
+
+
 def test_a_lookup_is_judged_at_its_time_and_moves_nothing_in_the_replay() -> None:
     """A failed lookup changes nothing in the server's tables, so the replay no longer runs its
     housekeeping at one: a 5.x broker with its own 30 s heartbeat timeout, then silent, is the
