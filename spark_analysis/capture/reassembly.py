@@ -232,7 +232,7 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     """
     lower, higher = table.ends
     sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
-    rows = table.rows
+    rows = _fullest_copies(table.rows)
     cut_rows = np.flatnonzero(rows["missing"])
     # (file, order) -> bytes not captured, of the few segments a snap length cut: nothing to look up
     # (one falsy test a segment) in a capture taken whole
@@ -288,6 +288,40 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
         connection = tracker.connection
         (connection.to_client if connection.server == unheard else connection.to_server).unheard = True
     return [tracker.connection for tracker in trackers]
+
+
+def _fullest_copies(rows: np.ndarray) -> np.ndarray:
+    """``rows`` with the first copy of each packet captured several times in a file (the same direction,
+    seq, ack, flags and length sent: dumpcap given two interfaces that see it, ``-i any`` and ``-i lo``)
+    carrying the payload of the copy that kept most of it, where a snap length cut one copy more
+    than another (``-s 96`` on one interface, ``-s 256`` on the other): the bytes are the same, and
+    the first copy delivered wins (the others are retransmissions), so it must be the fullest. A
+    capture cut nowhere is returned as is."""
+    if not rows["missing"].any():
+        return rows
+    sent = rows["length"].astype(np.int64) + rows["missing"]
+    data = np.flatnonzero(sent > 0)
+    keys = (rows["file"][data], rows["forward"][data], rows["seq"][data], rows["ack"][data], rows["flags"][data],
+            sent[data])
+    by_key = data[np.lexsort((data, *reversed(keys)))]  # each packet's copies together, in capture order
+    if len(by_key) < 2:
+        return rows
+    ordered = [key[np.searchsorted(data, by_key)] for key in keys]
+    starts = np.flatnonzero(np.any([key[1:] != key[:-1] for key in ordered], axis=0)) + 1
+    firsts = np.concatenate(([0], starts))
+    lengths = rows["length"][by_key]
+    fullest = np.maximum.reduceat(lengths, firsts)
+    positions = np.arange(len(by_key))
+    group = np.repeat(np.arange(len(firsts)), np.diff(np.append(firsts, len(by_key))))
+    where = np.minimum.reduceat(np.where(lengths == fullest[group], positions, len(by_key)), firsts)
+    better = np.flatnonzero(lengths[firsts] < fullest)
+    if not len(better):
+        return rows
+    rows = rows.copy()
+    first, best = by_key[firsts[better]], by_key[where[better]]
+    for name in ("offset", "length", "missing"):
+        rows[name][first] = rows[name][best]
+    return rows
 
 
 def _sacks(rows: np.ndarray) -> dict[tuple[int, int], tuple[int, int]] | None:

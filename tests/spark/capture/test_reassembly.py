@@ -234,6 +234,19 @@ def test_a_stale_acknowledgment_makes_no_hole_before_the_captured_start() -> Non
     assert stream_bytes(direction) == [Chunk(1.0, 0, b"x" * 10 + b"y" * 10)]
 
 
+def test_of_a_packet_captured_twice_the_copy_that_kept_more_is_read() -> None:
+    """dumpcap -i any -s 96 -i lo -s 256: every packet twice, the cooked copy first (a microsecond
+    earlier) and cut shorter. The bytes are the same, so the fuller copy's are read: a frame's header
+    that only the loopback's copy kept is not lost to the first copy's cut."""
+    request = b"R" * 300
+    short = segment(CLIENT, SERVER, 1001, PSH | ACK, request[:8], ack=5001)._replace(missing=292)
+    full = segment(CLIENT, SERVER, 1001, PSH | ACK, request[:170], ack=5001)._replace(missing=130)
+    packets = handshake() + [(2.0, short), (2.000001, full)]
+    direction = only(reassemble(packets)).to_server
+    assert list(direction) == [Chunk(2.0, 0, request[:170])]
+    assert direction.uncaptured == [(170, 130)]
+
+
 def test_without_syn_or_server_port_the_first_sender_is_the_client() -> None:
     connection = only(reassemble([(1.0, segment(SERVER, CLIENT, 1, ACK, b"x"))], servers=frozenset({1})))
     assert connection.client == "10.0.0.2:9876"

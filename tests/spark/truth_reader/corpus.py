@@ -354,6 +354,12 @@ ARGS: dict[str, list[str]] = {
                           "cluster was up: every broker's connection and first registration older than it"),
     "v5-ipv6": _one("5.3.3", "--stopped", "[::1]:9876=namesrv stop", "--note", V6, "--note",
                     "tcpdump -i any -s 0 -w v5-ipv6.pcap 'tcp port 9876': Linux cooked v2, whole packets"),
+    "v5-v6ng": _one("5.3.3", "--stopped", "[::1]:9876=namesrv stop", "--note", V6, "--note",
+                    "dumpcap -i lo -s 256 -f 'tcp port 9876' -i any -s 96 -f 'tcp port 9876' -w v5-v6ng.pcapng: two "
+                    "interfaces that overlap, of two link types (Ethernet, Linux cooked v1) and two snap lengths: "
+                    "every packet twice, the cooked copy cut at 96 bytes (8 bytes of an IPv6 segment's payload) "
+                    "and mostly stamped first, the loopback's at 256 (170 bytes: a frame's header); each byte "
+                    "read from the copy that kept it"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
                    "(python -m twisted_namesrv --compat 5.3.3 --tls-mode enforcing), its clients this project's "

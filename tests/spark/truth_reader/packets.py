@@ -234,6 +234,7 @@ class Conn:
             self.early[side].setdefault(seq, (payload, missing, t))
             return
         if not self._take_one(side, t, seq, payload, missing):
+            self._fill(side, seq, payload)
             return
         while self.next_seq[side] in self.early[side]:
             self._append(side, t, *self.early[side].pop(self.next_seq[side])[:2])
@@ -250,6 +251,25 @@ class Conn:
             return False
         self._append(side, t, payload[skip:], missing - max(0, skip - len(payload)))
         return True
+
+    def _fill(self, side: str, seq: int, payload: bytes) -> None:
+        """A copy of bytes already taken (the same packet captured again on another interface, or a
+        retransmission) fills what a snap length cut from the copy taken first: the bytes are the same,
+        the fuller copy keeps more of them (dumpcap -i any -s 96 -i lo -s 256)."""
+        if not payload or not self.cut[side]:
+            return
+        data = self.data[side]
+        start = len(data) - (self.next_seq[side] - seq) % (1 << 32)
+        end = start + len(payload)
+        kept = []
+        for offset, length in self.cut[side]:
+            low, high = max(offset, start), min(offset + length, end)
+            if low >= high:
+                kept.append((offset, length))
+                continue
+            data[low:high] = payload[low - start:high - start]
+            kept += [(o, n) for o, n in ((offset, low - offset), (high, offset + length - high)) if n > 0]
+        self.cut[side] = kept
 
     def close_holes(self) -> None:
         """Once every packet is read: segments still held ahead of a hole are after bytes the capture
