@@ -57,6 +57,7 @@ def count_connections(tally: Tally, connections: Iterable[ConnectionStats]) -> N
         tally.uncaptured_bytes += stats.uncaptured_bytes
         tally.unplaced_bytes += stats.unplaced_bytes
         tally.mid_frame_bytes += stats.mid_frame_bytes
+        tally.unseen_bytes += stats.unseen_bytes
         tally.undecodable += stats.undecodable_bytes > 0
         if stats.unheard:
             add(tally.groups, findings.UNHEARD, (stats.server, stats.unheard), 1, 0.0, 0.0)

@@ -185,6 +185,9 @@ class Conversation:
     #: captured bytes before the first frame found in a stream whose start was not captured: the
     #: rest of a frame begun before the capture (a capture started mid-stream), not lost
     mid_frame_bytes: int = 0
+    #: bytes of the two directions their receivers had before the capture began, out of order, that no
+    #: captured segment carried (Direction.unseen): no gap, no loss
+    unseen_bytes: int = 0
 
     def requests(self) -> list[CapturedCommand]:
         return [c for c in self.commands if c.direction == REQUEST]
@@ -343,11 +346,15 @@ def conversation_of(connection: Connection) -> Conversation:
     """Decode both directions. A stream is cut into frames from its first byte when that byte
     follows the SYN; after a capture gap, or when the capture began mid-stream, cutting resumes
     at the next plausible frame header (see frame_start). Bytes a snap length cut are no gap: the
-    frames are followed across them (_decode_cut_run)."""
+    frames are followed across them (_decode_cut_run), and so are bytes the receiver had before
+    the capture began (Direction.unseen)."""
     conversation = Conversation(connection)
     for direction, stream in ((REQUEST, connection.to_server), (RESPONSE, connection.to_client)):
         cut = dict(stream.uncaptured)
         conversation.uncaptured_bytes += sum(cut.values())
+        if stream.unseen:
+            cut.update(stream.unseen)
+            conversation.unseen_bytes += sum(length for _, length in stream.unseen)
         runs = contiguous_runs(stream, cut)
         for index, run in enumerate(runs):
             resynchronise = not (index == 0 and _starts_at_first_frame(stream, run))
@@ -368,7 +375,7 @@ def contiguous_runs(direction: Direction, uncaptured: dict[int, int] | None = No
     snap length cut there), not where only such bytes lie between two chunks. A reassembled
     Direction without gaps or cut bytes is one run (its chunks follow each other by construction)."""
     ts, offsets, data = direction.ts, direction.offset, direction.data
-    if not direction.uncaptured:
+    if not direction.uncaptured and not direction.unseen:
         if not direction.gaps:
             return [Run(ts, offsets, data)] if direction else []
         # the chunk after a gap starts where the gap ends, and only there do chunks not follow each other

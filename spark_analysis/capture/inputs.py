@@ -832,6 +832,7 @@ def _pieces(data: Buffer, records: RecordIndex, files: list[tuple[CaptureFile, i
     rows["order"], rows["offset"] = offsets, offsets
     rows["length"], rows["seq"], rows["ack"], rows["flags"] = found.end - found.start, found.seq, found.ack, found.flags
     rows["forward"], rows["missing"] = forward, found.missing
+    rows["sack_left"], rows["sack_right"] = found.sack_left, found.sack_right
     by_key = np.argsort(which.reshape(-1), kind="stable")
     bounds = np.searchsorted(which.reshape(-1)[by_key], np.arange(len(keys) + 1))
     for index, key in enumerate(keys.tolist()):

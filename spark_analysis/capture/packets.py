@@ -67,13 +67,20 @@ _BSD_RAW_DLTS = (12, 14)  # DLT_RAW as BSDs number it (a PKTAP header names DLTs
 #: the TCP header bytes that hold ports, seq, ack, data offset and flags: a segment whose options a
 #: snap length cut still has them (its payload then wholly not captured)
 _TCP_FIELDS = _TCP.size
+_TCP_OPTION_END, _TCP_OPTION_NOP, _TCP_OPTION_SACK = 0, 1, 5
+_SACK_BLOCK = struct.Struct("!II")
+_SEQ_SPACE = 1 << 32
+#: the options Linux sends on every segment: NOP, NOP, then the 10 bytes of timestamps (kind 8)
+_USUAL_OPTIONS = b"\x01\x01\x08\x0a"
 _ENDPOINTS: dict[tuple[int | bytes, int], str] = {}
 _MAX_ENDPOINTS = 1 << 16
 
 
 class TcpSegment(NamedTuple):
     """A TCP segment; addresses are "ip:port", IPv6 as "[addr]:port". ``missing``: the bytes of its
-    payload after ``payload`` that the capture did not keep (a snap length cut the packet)."""
+    payload after ``payload`` that the capture did not keep (a snap length cut the packet).
+    ``sack``: the span its SACK blocks cover (the lowest left edge, the highest right edge: bytes
+    its sender had received past ``ack``), (0, 0) when it carries none."""
 
     src: str
     dst: str
@@ -82,6 +89,7 @@ class TcpSegment(NamedTuple):
     flags: int
     payload: bytes
     missing: int = 0
+    sack: tuple[int, int] = (0, 0)
 
 
 #: (server port, client endpoint) -> [segments, segments starting like a remoting frame]: the TCP
@@ -103,13 +111,15 @@ class SegmentColumns(NamedTuple):
     start: np.ndarray  # int64
     end: np.ndarray  # int64
     missing: np.ndarray  # int64: payload bytes after ``end`` that were sent but not captured
+    sack_left: np.ndarray  # int64: the span of a segment's SACK blocks (TcpSegment.sack), 0 and 0: none
+    sack_right: np.ndarray  # int64
     #: with ports: the IPv4 segments on other ports (OtherTraffic), else empty
     others: OtherTraffic | None = None
 
 
 #: what _tcp_fields finds: source and destination (ip, port), seq, ack, flags, captured payload
-#: bounds, and the payload bytes after them that the capture cut off
-_Fields = tuple[int | bytes, int, int | bytes, int, int, int, int, int, int, int]
+#: bounds, the payload bytes after them that the capture cut off, and the span of its SACK blocks
+_Fields = tuple[int | bytes, int, int | bytes, int, int, int, int, int, int, int, int, int]
 
 
 def tcp_segments(records: Iterable[Record]) -> Iterator[tuple[float, TcpSegment]]:
@@ -127,9 +137,9 @@ def parse_tcp(linktype: int, data: Buffer, orig_len: int | None = None) -> TcpSe
     fields = _tcp_fields(linktype, view, orig_len)
     if fields is None:
         return None
-    src_ip, src_port, dst_ip, dst_port, seq, ack, flags, start, end, missing = fields
+    src_ip, src_port, dst_ip, dst_port, seq, ack, flags, start, end, missing, sack_left, sack_right = fields
     return TcpSegment(_endpoint(src_ip, src_port), _endpoint(dst_ip, dst_port), seq, ack, flags,
-                      bytes(view[start:end]), missing)
+                      bytes(view[start:end]), missing, (sack_left, sack_right))
 
 
 #: the server ports a reading keeps segments of (to or from one of them); empty: every TCP segment
@@ -142,14 +152,15 @@ def segment_columns(data: Buffer, records: RecordIndex, ports: Ports = ()) -> Se
     fast, ip = _ipv4_records(u8, records)
     ts, start, length = records.ts[fast], records.start[fast], records.length[fast]
     columns = _tcp_columns(u8, ip, start + length, start + records.orig_len[fast])
-    tcp, src_ip, dst_ip, src_port, dst_port, seq, ack, flags, payload, end, missing = columns
+    tcp, src_ip, dst_ip, src_port, dst_port, seq, ack, flags, payload, end, missing, sack_left, sack_right = columns
     kept = np.ones(len(src_port), bool) if not ports else np.isin(src_port, ports) | np.isin(dst_port, ports)
     others = _other_traffic(u8, ~kept, src_ip, src_port, dst_ip, dst_port, payload, end) if ports else None
     endpoints: dict[str, int] = {}
     src = _endpoint_ids(src_ip[kept], src_port[kept], endpoints)
     dst = _endpoint_ids(dst_ip[kept], dst_port[kept], endpoints)
     order = fast.nonzero()[0][tcp][kept]
-    found = [ts[tcp][kept], src, dst, seq[kept], ack[kept], flags[kept], payload[kept], end[kept], missing[kept]]
+    found = [ts[tcp][kept], src, dst, seq[kept], ack[kept], flags[kept], payload[kept], end[kept], missing[kept],
+             sack_left[kept], sack_right[kept]]
     not_tcp = fast.nonzero()[0][~tcp]  # IPv4 but no TCP: a tunnel read one by one, if it is one
     slow = _slow_segments(data, records, np.union1d(np.flatnonzero(~fast), not_tcp[_tunnels(u8, ip[~tcp])]),
                           ports, endpoints)
@@ -253,8 +264,26 @@ def _tcp_columns(u8: np.ndarray, ip: np.ndarray, frame_end: np.ndarray, wire_end
     flags = u8[header + 13].astype(np.int64) | (data_offset[tcp] & 1) << 8  # the NS bit
     missing = np.maximum(sent - np.maximum(end, payload), 0)  # options cut too: no payload byte captured
     ports, seq, ack = read_words(u8, header, ">u4", 3).astype(np.int64).T  # ports, seq, ack
+    sack_left, sack_right = _sack_columns(u8, header, np.minimum(payload, end))
     return (tcp, src_ip[tcp], dst_ip[tcp], ports >> 16, ports & 0xFFFF, seq, ack, flags, np.minimum(payload, end), end,
-            missing)
+            missing, sack_left, sack_right)
+
+
+def _sack_columns(u8: np.ndarray, header: np.ndarray, options_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The span of each TCP header's SACK blocks (_sack_span), as two columns. Only headers whose
+    options are not just Linux's usual NOP, NOP, timestamps are looked through one by one: those
+    carrying SACK blocks (segments a receiver acknowledged out of order) are few."""
+    left, right = np.zeros(len(header), np.int64), np.zeros(len(header), np.int64)
+    options = options_end - header - 20
+    usual = options == len(_USUAL_OPTIONS) + 8
+    usual[usual] = read_words(u8, header[usual] + 20, ">u4", 1)[:, 0] == _U32.unpack(_USUAL_OPTIONS)[0]
+    looked = np.flatnonzero((options > 0) & ~usual)
+    if len(looked):
+        view = memoryview(u8.data)
+        for row, start, stop in zip(looked.tolist(), (header[looked] + 20).tolist(), options_end[looked].tolist(),
+                                    strict=True):
+            left[row], right[row] = _sack_span(view, start, stop)
+    return left, right
 
 
 def _endpoint_ids(ips: np.ndarray, ports: np.ndarray, endpoints: dict[str, int]) -> np.ndarray:
@@ -275,7 +304,7 @@ def _endpoint_ids(ips: np.ndarray, ports: np.ndarray, endpoints: dict[str, int])
 
 def _slow_segments(data: Buffer, records: RecordIndex, which: np.ndarray, ports: Ports,
                    endpoints: dict[str, int]) -> list[tuple[Any, ...]]:
-    """Rows (record, ts, src, dst, seq, ack, flags, payload start, end, missing) decoded one by one."""
+    """Rows (record, ts, src, dst, seq, ack, flags, payload start, end, missing, SACK span) decoded one by one."""
     view = memoryview(data)
     rows = []
     for index in which.tolist():
@@ -284,11 +313,11 @@ def _slow_segments(data: Buffer, records: RecordIndex, which: np.ndarray, ports:
                              int(records.orig_len[index]))
         if fields is None or ports and fields[1] not in ports and fields[3] not in ports:
             continue
-        src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, end, missing = fields
+        src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, end, missing, sack_left, sack_right = fields
         src = endpoints.setdefault(_endpoint(src_ip, src_port), len(endpoints))
         dst = endpoints.setdefault(_endpoint(dst_ip, dst_port), len(endpoints))
         rows.append((index, float(records.ts[index]), src, dst, seq, ack, flags, start + payload, start + end,
-                     missing))
+                     missing, sack_left, sack_right))
     return rows
 
 
@@ -464,9 +493,41 @@ def _parse_tcp_header(view: memoryview, start: int, end: int, wire_end: int, src
     if header_len < 20 or payload > max(end, wire_end):
         return None
     flags |= (data_offset & 1) << 8  # the NS bit sits in the data-offset byte
+    sack = _sack_span(view, start + 20, min(payload, end)) if header_len > 20 else (0, 0)
     if payload > end:  # a snap length cut the options: no payload byte captured
-        return src_ip, src_port, dst_ip, dst_port, seq, ack, flags, end, end, max(wire_end - payload, 0)
-    return src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, end, max(wire_end - end, 0)
+        return src_ip, src_port, dst_ip, dst_port, seq, ack, flags, end, end, max(wire_end - payload, 0), *sack
+    return src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload, end, max(wire_end - end, 0), *sack
+
+
+def _sack_span(view: memoryview, start: int, end: int) -> tuple[int, int]:
+    """The span of the SACK blocks (RFC 2018) among the TCP options at ``view[start:end]``: the
+    lowest left edge and the highest right edge, as sequence numbers, (0, 0) when there is none.
+    The receiver had those bytes (and may lack some between two blocks). Options a snap length cut
+    are read as far as they were captured."""
+    blocks: list[tuple[int, int]] = []
+    at = start
+    while at < end and view[at] != _TCP_OPTION_END:
+        if view[at] == _TCP_OPTION_NOP:
+            at += 1
+            continue
+        length = view[at + 1] if at + 1 < end else 0
+        if length < 2 or at + length > end:
+            break
+        if view[at] == _TCP_OPTION_SACK:
+            blocks += [_SACK_BLOCK.unpack_from(view, block) for block in range(at + 2, at + length - 7, 8)]
+        at += length
+    if not blocks:
+        return 0, 0
+    first = blocks[0][0]
+    # edges compared as signed distances from the first block's left edge (sequence numbers wrap around)
+    lowest = min(_signed(left - first) for left, _ in blocks)
+    highest = max(_signed(right - first) for _, right in blocks)
+    return (first + lowest) % _SEQ_SPACE, (first + highest) % _SEQ_SPACE
+
+
+def _signed(distance: int) -> int:
+    distance %= _SEQ_SPACE
+    return distance - _SEQ_SPACE if distance >= _SEQ_SPACE >> 1 else distance
 
 
 def _endpoint(ip: int | bytes, port: int) -> str:

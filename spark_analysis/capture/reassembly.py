@@ -55,6 +55,12 @@ _chunk = tuple.__new__  # _chunk(Chunk, fields): a Chunk without NamedTuple's Py
 _STRETCH_ROWS = 16
 #: how many times in a row a stretch is tried again a row further on when it could not start
 _RETRIES = 3
+#: how far before a stream's first captured byte the receiver's first acknowledgment may put its
+#: start (a capture begun mid-stream while segments arrived out of order: bytes it had not received)
+_REBASE_WINDOW = 1 << 20
+#: the segments of a stream begun before the capture held until its receiver's first acknowledgment
+#: says where it starts: past them (a capture of one direction, no acknowledgment), it starts at the first
+_HELD_AT_START = 64
 
 
 class Chunk(NamedTuple):
@@ -73,14 +79,18 @@ class Direction:
     ``gaps`` holds (offset, length) of every stretch that was never captured (packets the capture
     lost: a sequence gap); the chunk after a gap starts at ``offset + length``. ``uncaptured`` holds
     (offset, length) of the stretches a snap length cut off packets that were captured: sent,
-    seen, not kept (their end is known, so frames are followed across them). ``from_syn`` says
+    seen, not kept (their end is known, so frames are followed across them). ``unseen`` holds
+    (offset, length) of the stretches of a stream begun before the capture that no captured segment
+    carried but that its receiver already had (its SACK blocks said so) as the capture began: they
+    arrived out of order before it, so they are no gap and no loss, and frames are followed across
+    them as across ``uncaptured``. ``from_syn`` says
     offset 0 is the first byte after the sender's SYN, i.e. where its first frame starts;
     otherwise the capture began mid-stream. ``unheard``: not one packet of this direction was
     captured, though the other side's acknowledgments say it sent bytes: a capture of one direction
     (``dst port 9876``, ``tcpdump -Q in``, a one-way mirror), not a silent peer (_unheard_end).
     """
 
-    __slots__ = ("ts", "offset", "data", "gaps", "uncaptured", "from_syn", "unheard")
+    __slots__ = ("ts", "offset", "data", "gaps", "uncaptured", "unseen", "from_syn", "unheard")
 
     def __init__(self) -> None:
         self.ts: list[float] = []
@@ -88,6 +98,7 @@ class Direction:
         self.data: list[Buffer] = []
         self.gaps: list[tuple[int, int]] = []
         self.uncaptured: list[tuple[int, int]] = []
+        self.unseen: list[tuple[int, int]] = []
         self.from_syn = False
         self.unheard = False
 
@@ -110,8 +121,10 @@ class Direction:
 #: unique within a file; its payload is ``length`` bytes at ``offset`` of its file's source buffer;
 #: ``forward`` says it was sent by the lower of the 4-tuple's two endpoints.
 #: ``missing``: the payload bytes after those ``length`` that a snap length cut off (sent, not captured).
+#: ``sack_left``, ``sack_right``: the span of its SACK blocks (TcpSegment.sack), both 0 when it has none.
 SEGMENT = np.dtype([("ts", "<f8"), ("file", "<i4"), ("order", "<i8"), ("offset", "<i8"), ("length", "<i4"),
-                    ("seq", "<u4"), ("ack", "<u4"), ("flags", "<u2"), ("forward", "?"), ("missing", "<i4")])
+                    ("seq", "<u4"), ("ack", "<u4"), ("flags", "<u2"), ("forward", "?"), ("missing", "<i4"),
+                    ("sack_left", "<u4"), ("sack_right", "<u4")])
 
 
 class SegmentTable(NamedTuple):
@@ -160,7 +173,8 @@ def segment_tables(segments: Iterable[tuple[float, TcpSegment]]) -> list[Segment
         ends = (src, dst) if src < dst else (dst, src)
         length = len(segment.payload)
         by_ends.setdefault(ends, []).append(
-            (ts, 0, order, offset, length, segment.seq, segment.ack, segment.flags, src == ends[0], segment.missing))
+            (ts, 0, order, offset, length, segment.seq, segment.ack, segment.flags, src == ends[0], segment.missing,
+             *segment.sack))
         payloads.append(segment.payload)
         offset += length
     sources = {0: b"".join(payloads)}
@@ -218,12 +232,13 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
     """
     lower, higher = table.ends
     sources = {file: memoryview(buffer) for file, buffer in table.sources.items()}
-    rows = table.rows
+    rows = _fullest_copies(table.rows)
     cut_rows = np.flatnonzero(rows["missing"])
     # (file, order) -> bytes not captured, of the few segments a snap length cut: nothing to look up
     # (one falsy test a segment) in a capture taken whole
     cut = dict(zip(zip(rows["file"][cut_rows].tolist(), rows["order"][cut_rows].tolist(), strict=True),
                    rows["missing"][cut_rows].tolist(), strict=True)) if len(cut_rows) else None
+    sacks = _sacks(rows)
     trackers: list[_Tracker] = []
     tracker = None
     client_forward = False  # the tracker's client is the lower endpoint
@@ -241,8 +256,8 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
                 to_server = forward == client_forward
                 reassembler, other = (tracker.to_server, tracker.to_client) if to_server else (
                     tracker.to_client, tracker.to_server)
-                if other.pending and flags & ACK:
-                    other.acknowledged(ack)
+                if flags & ACK and (other.pending or other.watching):
+                    other.receiver_ack(ack, sacks.get((file, order)) if sacks else None)
                 if length or missing:
                     reassembler.add(ts, seq, sources[file][offset:offset + length], missing=missing)
                 elif reassembler.base_seq is None:
@@ -255,7 +270,8 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
                 tracker.connection.first_packet = (ts, file, order)
                 client_forward = tracker.connection.client == lower
                 trackers.append(tracker)
-            tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"", missing)
+            tracker.add(ts, src, seq, flags, sources[file][offset:offset + length] if length else b"", missing, ack,
+                        sacks.get((file, order)) if sacks else None)
         position = start
         if start == len(rows):
             break
@@ -272,6 +288,51 @@ def reassemble_table(table: SegmentTable, servers: Servers = DEFAULT_SERVERS) ->
         connection = tracker.connection
         (connection.to_client if connection.server == unheard else connection.to_server).unheard = True
     return [tracker.connection for tracker in trackers]
+
+
+def _fullest_copies(rows: np.ndarray) -> np.ndarray:
+    """``rows`` with the first copy of each packet captured several times in a file (the same direction,
+    seq, ack, flags and length sent: dumpcap given two interfaces that see it, ``-i any`` and ``-i lo``)
+    carrying the payload of the copy that kept most of it, where a snap length cut one copy more
+    than another (``-s 96`` on one interface, ``-s 256`` on the other): the bytes are the same, and
+    the first copy delivered wins (the others are retransmissions), so it must be the fullest. A
+    capture cut nowhere is returned as is."""
+    if not rows["missing"].any():
+        return rows
+    sent = rows["length"].astype(np.int64) + rows["missing"]
+    data = np.flatnonzero(sent > 0)
+    keys = (rows["file"][data], rows["forward"][data], rows["seq"][data], rows["ack"][data], rows["flags"][data],
+            sent[data])
+    by_key = data[np.lexsort((data, *reversed(keys)))]  # each packet's copies together, in capture order
+    if len(by_key) < 2:
+        return rows
+    ordered = [key[np.searchsorted(data, by_key)] for key in keys]
+    starts = np.flatnonzero(np.any([key[1:] != key[:-1] for key in ordered], axis=0)) + 1
+    firsts = np.concatenate(([0], starts))
+    lengths = rows["length"][by_key]
+    fullest = np.maximum.reduceat(lengths, firsts)
+    positions = np.arange(len(by_key))
+    group = np.repeat(np.arange(len(firsts)), np.diff(np.append(firsts, len(by_key))))
+    where = np.minimum.reduceat(np.where(lengths == fullest[group], positions, len(by_key)), firsts)
+    better = np.flatnonzero(lengths[firsts] < fullest)
+    if not len(better):
+        return rows
+    rows = rows.copy()
+    first, best = by_key[firsts[better]], by_key[where[better]]
+    for name in ("offset", "length", "missing"):
+        rows[name][first] = rows[name][best]
+    return rows
+
+
+def _sacks(rows: np.ndarray) -> dict[tuple[int, int], tuple[int, int]] | None:
+    """(file, order) -> the span of its SACK blocks, of the few segments that carry any (a receiver
+    acknowledging out of order); None when none does."""
+    chosen = np.flatnonzero(rows["sack_left"] | rows["sack_right"])
+    if not len(chosen):
+        return None
+    keys = zip(rows["file"][chosen].tolist(), rows["order"][chosen].tolist(), strict=True)
+    return dict(zip(keys, zip(rows["sack_left"][chosen].tolist(), rows["sack_right"][chosen].tolist(), strict=True),
+                    strict=True))
 
 
 def _unheard_end(rows: np.ndarray, ends: tuple[str, str]) -> str | None:
@@ -334,7 +395,8 @@ def _deliver_stretch(tracker: _Tracker, client_forward: bool, rows: np.ndarray, 
     begun, and the stretch's first data segment of a direction at the sequence number it expects
     (the stretch is cut before one that is not). Returns how many of its rows it delivered."""
     to_server, to_client = tracker.to_server, tracker.to_client
-    if to_server.pending or to_client.pending or to_server.base_seq is None or to_client.base_seq is None:
+    if (to_server.pending or to_client.pending or to_server.next_seq is None or to_client.next_seq is None
+            or to_server.watching or to_client.watching):
         return 0
     first = rows[0]
     if first["length"] and int(first["seq"]) != (to_server if first["forward"] == client_forward else
@@ -432,7 +494,8 @@ class _Tracker:
         still_open = self.connection.closed_ts is None
         return not (still_open and src == self.connection.client and seq == self.client_isn)
 
-    def add(self, ts: float, src: str, seq: int, flags: int, payload: Buffer, missing: int = 0) -> None:
+    def add(self, ts: float, src: str, seq: int, flags: int, payload: Buffer, missing: int = 0, ack: int = 0,
+            sack: tuple[int, int] | None = None) -> None:
         connection = self.connection
         from_client = src == connection.client
         if flags & (FIN | RST) and connection.closed_ts is None:
@@ -443,7 +506,9 @@ class _Tracker:
             return
         if flags & (SYN | ACK) == SYN and from_client:
             self.client_isn = seq
-        reassembler = self.to_server if from_client else self.to_client
+        reassembler, other = (self.to_server, self.to_client) if from_client else (self.to_client, self.to_server)
+        if flags & ACK and other.watching:
+            other.receiver_ack(ack, sack)
         # A SYN consumes one sequence number: its (rare) data starts after it.
         syn = bool(flags & SYN)
         reassembler.add(ts, seq + 1 if syn else seq, payload, syn, missing)
@@ -457,6 +522,13 @@ class _Reassembler:
     """In-order delivery of one direction. Offsets count from the first byte after the ISN
     (or from the first sequence number seen when the capture starts mid-stream) and are
     unwrapped around the expected position, so 32-bit wraparound and >4 GiB streams work.
+
+    A stream begun before the capture (no SYN) starts where its receiver's first acknowledgment
+    says, when that is before its first segment captured: segments arriving out of order as the
+    capture began (a later one captured first) are the stream's, not retransmissions. Until then
+    its segments are held (``provisional``, at most _HELD_AT_START), and until its start has
+    settled (``watching``) the span of each SACK block its receiver sends is noted: bytes it had
+    then, out of order, that no captured segment carried arrived before the capture (Direction.unseen).
     """
 
     def __init__(self, out: Direction) -> None:
@@ -467,6 +539,12 @@ class _Reassembler:
         # heap of (offset, arrival, ts, data, bytes not captured after it)
         self.pending: list[tuple[int, int, float, Buffer, int]] = []
         self.arrivals = 0
+        self.provisional = False
+        self.watching = True
+        #: (ts, seq, payload, missing) of the segments before the first one captured, while provisional
+        self.before: list[tuple[float, int, Buffer, int]] = []
+        #: spans (left, right sequence numbers) the receiver's SACK blocks covered while watching
+        self.sacked: list[tuple[int, int]] = []
 
     def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False, missing: int = 0) -> None:
         """``missing``: the bytes after ``payload`` that the segment carried but a snap length cut."""
@@ -476,12 +554,19 @@ class _Reassembler:
             self.next_seq = (seq + len(payload)) % _SEQ_MOD
             return
         if self.base_seq is None:
-            self.base_seq = self.next_seq = seq % _SEQ_MOD
+            self.base_seq = seq % _SEQ_MOD
             self.out.from_syn = syn
+            if syn:
+                self.next_seq, self.watching = self.base_seq, False
+            else:  # begun before the capture: where it starts is known at its receiver's first acknowledgment
+                self.provisional = True
         if not payload and not missing:
             return
         delta = (seq - self.base_seq - self.next_offset) % _SEQ_MOD
         offset = self.next_offset + (delta - _SEQ_MOD if delta >= _HALF_SEQ else delta)
+        if self.provisional:
+            self._hold(ts, seq, offset, payload, missing)
+            return
         if offset + len(payload) + missing <= self.next_offset:
             return  # retransmission of bytes already delivered
         if offset > self.next_offset:
@@ -493,6 +578,55 @@ class _Reassembler:
         while self.pending and self.pending[0][0] <= self.next_offset:
             pending_offset, _, _, data, cut = heapq.heappop(self.pending)
             self._deliver(ts, pending_offset, data, cut)
+
+    def _hold(self, ts: float, seq: int, offset: int, payload: Buffer, missing: int) -> None:
+        """A segment of a stream whose start is not known yet: kept until it is (its receiver's first
+        acknowledgment, or _HELD_AT_START of them)."""
+        if offset < 0:
+            self.before.append((ts, seq, payload, missing))
+        else:
+            heapq.heappush(self.pending, (offset, self.arrivals, ts, payload, missing))
+            self.arrivals += 1
+        if len(self.before) + len(self.pending) >= _HELD_AT_START:
+            self._start(None)
+
+    def receiver_ack(self, ack: int, sack: tuple[int, int] | None) -> None:
+        """The receiver's acknowledgment (``ack``, and the span of its SACK blocks): noted while the
+        stream's start is not settled, the start settled by the first, holes before ``ack`` given up."""
+        if sack is not None and self.watching:
+            self.sacked.append(sack)
+        if self.base_seq is None:
+            return
+        if self.provisional:
+            self._start(ack)
+        if self.pending:
+            self.acknowledged(ack)
+        self.watching = bool(self.provisional or self.pending)
+        if not self.watching:
+            self.sacked = []  # its start settled: what the receiver had then is no longer in question
+
+    def _start(self, ack: int | None) -> None:
+        """Where a stream begun before the capture starts: at its receiver's acknowledgment ``ack``
+        if that is before its first segment captured (bytes it had not received: the segments
+        captured later that carry them are the stream's), else there; then the held segments are
+        delivered as they follow on, each at the time it was captured."""
+        assert self.base_seq is not None
+        self.provisional = False
+        back = 0 if ack is None else (self.base_seq - ack) % _SEQ_MOD
+        if ack is not None and 0 < back <= _REBASE_WINDOW:
+            self.base_seq = ack % _SEQ_MOD
+            self.pending = [(offset + back, arrival, ts, data, cut)  # still a heap
+                            for offset, arrival, ts, data, cut in self.pending]
+        self.next_seq = self.base_seq
+        before, self.before = self.before, []
+        for ts, seq, payload, missing in before:
+            offset = (seq - self.base_seq) % _SEQ_MOD
+            if offset < _HALF_SEQ and payload:  # at or after the start now, else a retransmission
+                heapq.heappush(self.pending, (offset, self.arrivals, ts, payload, missing))
+                self.arrivals += 1
+        while self.pending and self.pending[0][0] <= self.next_offset:
+            offset, _, ts, data, cut = heapq.heappop(self.pending)
+            self._deliver(ts, offset, data, cut)
 
     def acknowledged(self, ack: int) -> None:
         """The receiver acknowledged every byte before ``ack``: a hole before that was filled
@@ -506,17 +640,48 @@ class _Reassembler:
 
     def finish(self) -> None:
         """Give up on holes never filled: record each as a gap and deliver what follows it."""
+        if self.provisional:
+            self._start(None)
         self._give_up_before(None)
 
     def _give_up_before(self, limit: int | None) -> None:
         """Deliver the pending bytes starting before ``limit`` (all: None), the holes between
-        them becoming gaps; each keeps its own timestamp."""
+        them becoming gaps; each keeps its own timestamp. A hole before the first byte delivered of
+        a stream begun before the capture is where its captured part starts (no gap), one its
+        receiver had as the capture began (``sacked``) is unseen (no gap)."""
         while self.pending and (limit is None or self.pending[0][0] < limit):
             offset, _, ts, data, missing = heapq.heappop(self.pending)
-            if offset > self.next_offset:
-                self.out.gaps.append((self.next_offset, offset - self.next_offset))
+            if offset > self.next_offset and not self._leading(offset):
+                hole = (self.next_offset, offset - self.next_offset)
+                (self.out.unseen if self._had(*hole) else self.out.gaps).append(hole)
                 self._advance(offset - self.next_offset)
+            elif offset > self.next_offset:  # the captured part starts there: its offset 0
+                self._rebase(offset)
+                offset = 0
             self._deliver(ts, offset, data, missing)
+
+    def _leading(self, offset: int) -> bool:
+        """Whether bytes at ``offset`` would be the first delivered of a stream begun before the capture."""
+        out = self.out
+        return not (out.from_syn or out or out.gaps or out.uncaptured or out.unseen) and self.next_offset == 0
+
+    def _rebase(self, offset: int) -> None:
+        """Let the stream start ``offset`` bytes further on (nothing delivered yet)."""
+        assert self.base_seq is not None and self.next_seq is not None
+        self.base_seq = self.next_seq = (self.base_seq + offset) % _SEQ_MOD
+        self.pending = [(pending - offset, arrival, ts, data, cut) for pending, arrival, ts, data, cut in self.pending]
+
+    def _had(self, start: int, length: int) -> bool:
+        """Whether the receiver's SACK blocks noted while watching cover ``length`` bytes at ``start``."""
+        if not self.sacked:
+            return False
+        assert self.base_seq is not None
+        for left, right in self.sacked:
+            low = (left - self.base_seq) % _SEQ_MOD
+            high = low + (right - left) % _SEQ_MOD
+            if low < _HALF_SEQ and low <= start and start + length <= high:
+                return True
+        return False
 
     def _deliver(self, ts: float, offset: int, data: Buffer, missing: int = 0) -> None:
         """Append the part of ``data`` past what was already delivered (the first copy wins), then

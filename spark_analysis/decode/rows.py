@@ -139,6 +139,8 @@ class ConnectionStats(NamedTuple):
     unheard: str | None = None
     #: captured bytes of frames begun before the capture (Conversation.mid_frame_bytes): not lost
     mid_frame_bytes: int = 0
+    #: bytes the receiver had before the capture began, never captured (Conversation.unseen_bytes): not lost
+    unseen_bytes: int = 0
 
 
 class BodySummary(NamedTuple):
@@ -264,7 +266,7 @@ def conversation_rows(conversation: Conversation, blocks: bool = False) -> Itera
     yield CONNECTION, ConnectionStats(conn_id, gaps, conversation.lost_bytes, len(conversation.undecodable), 0,
                                       conversation.uncaptured_bytes, conversation.unplaced_bytes, connection.server,
                                       foreign_protocol(conversation.undecodable), unheard,
-                                      conversation.mid_frame_bytes)
+                                      conversation.mid_frame_bytes, conversation.unseen_bytes)
 
 
 def unheard_side(connection: Connection) -> str | None:
@@ -766,7 +768,7 @@ def cut_conversation_rows(conversation: Conversation, conn_id: str, frames: Fram
                                       len(conversation.cut), conversation.uncaptured_bytes,
                                       conversation.unplaced_bytes, connection.server,
                                       foreign_protocol(conversation.undecodable), unheard,
-                                      conversation.mid_frame_bytes)
+                                      conversation.mid_frame_bytes, conversation.unseen_bytes)
 
 
 def cut_frame_row(conn_id: str, connection: Connection, frame: CutFrame) -> Row:

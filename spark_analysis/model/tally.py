@@ -43,6 +43,9 @@ class Tally(ReadTally):
     #: captured bytes of frames begun before the capture (a stream whose start it missed, before its
     #: first frame): no gap, no loss
     mid_frame_bytes: int = field(default=0, metadata=COUNT)
+    #: stream bytes a receiver had before the capture began (its SACK blocks said so) that no captured
+    #: segment carried: a capture begun while segments arrived out of order; no gap, no loss
+    unseen_bytes: int = field(default=0, metadata=COUNT)
     #: decoding cost by 4-tuple of the costly ones, and of all the others together (spark/balance.py)
     costs: Counter[Any] = field(default_factory=Counter[Any])
     hashed_cost: int = 0

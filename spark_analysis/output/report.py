@@ -64,7 +64,8 @@ _COUNTS = (("records", "pcap records"), ("segments", "TCP segments on the port")
            ("undecodable", "connections with undecodable bytes"), ("controller", "calls to a controller"),
            ("cut_frames", "frames cut by a snap length (read as far as captured)"),
            ("uncaptured_bytes", "bytes sent but cut by a snap length (no loss)"),
-           ("mid_frame_bytes", "bytes of frames begun before the capture (no loss)"))
+           ("mid_frame_bytes", "bytes of frames begun before the capture (no loss)"),
+           ("unseen_bytes", "bytes received before the capture began, out of order (no gap, no loss)"))
 
 
 def page_text(value: object) -> str:

@@ -307,6 +307,8 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
              f"{tally.response:,} responses), {tally.gaps} capture gaps, {tally.lost_bytes:,} bytes lost "
              f"to gaps" + (f", {tally.mid_frame_bytes:,} bytes of frames begun before the capture (no loss)"
                            if tally.mid_frame_bytes else "")
+             + (f", {tally.unseen_bytes:,} bytes received before the capture began, out of order (no loss)"
+                if tally.unseen_bytes else "")
              + f", {tally.undecodable} connections with undecodable bytes"
              + (f", {tally.cut_frames:,} frames cut by the snap length ({tally.uncaptured_bytes:,} stream bytes not "
                 f"captured, {tally.unplaced_bytes:,} captured bytes no frame could be placed in)"

@@ -138,7 +138,7 @@ def test_tallies_add_counts_and_merge_what_tasks_found_of_a_file() -> None:
     assert list(merged.counts()) == ["records", "bytes", "segments", "connection", "frame", "request", "response",
                                      "call", "unanswered", "registration", "crc_failures", "gaps", "lost_bytes",
                                      "undecodable", "controller", "cut_frames", "uncaptured_bytes", "unplaced_bytes",
-                                     "mid_frame_bytes"]
+                                     "mid_frame_bytes", "unseen_bytes"]
 
 
 def test_gzip_members_are_inflated_and_a_cut_one_is_truncated() -> None:

@@ -6,8 +6,18 @@ from __future__ import annotations
 import pytest
 
 from spark_analysis.capture.conversation import conversation_of, frame_start
+from spark_analysis.capture.packets import ACK
 from spark_analysis.capture.reassembly import reassemble
-from tests.spark.capture.builders import client_stream, handshake, only, registration, route_query
+from tests.spark.capture.builders import (
+    CLIENT,
+    SERVER,
+    client_stream,
+    handshake,
+    only,
+    registration,
+    route_query,
+    segment,
+)
 from twisted_namesrv.remoting import RemotingCommand, SerializeType
 
 
@@ -37,6 +47,22 @@ def test_a_capture_starting_mid_frame_resumes_at_the_next_frame() -> None:
     assert [(c.code, c.opaque) for c in requests_of(packets)] == [(105, 2), (103, 7)]
     conversation = conversation_of(only(reassemble(packets)))
     assert (conversation.lost_bytes, conversation.mid_frame_bytes) == (0, len(frames[0]) - 300)
+
+
+def test_frames_are_followed_across_bytes_received_before_the_capture() -> None:
+    """A capture begun while a registration's segments arrived out of order: its body's segment at
+    400-450 arrived before tcpdump started, the one at 450-500 is the first captured, then the
+    NameServer's ACK (1001, SACK 1401-1501) and the late ones from 1001. The registration is read as far as its
+    bytes go (its header whole: a cut frame), the lookups around it whole, nothing lost to a gap."""
+    frames = [route_query(1), registration("right"), route_query(3)]
+    packets = client_stream(*frames, cut=50)
+    first_captured = packets[9]
+    late, rest = packets[:8], packets[10:]
+    dup_ack = (1.9, segment(SERVER, CLIENT, 5001, ACK, ack=1001)._replace(sack=(1401, 1501)))
+    conversation = conversation_of(only(reassemble([first_captured, dup_ack, *late, *rest])))
+    assert [(c.command.code, c.command.opaque) for c in conversation.commands] == [(105, 1), (105, 3)]
+    assert [(frame.known.code, frame.known.opaque) for frame in conversation.cut] == [(103, 7)]
+    assert (conversation.unseen_bytes, conversation.lost_bytes, conversation.mid_frame_bytes) == (50, 0, 0)
 
 
 def test_a_stream_from_its_syn_is_cut_from_its_first_byte() -> None:

@@ -157,3 +157,31 @@ def test_endpoint_ids_are_given_in_the_order_of_their_codes_as_a_sort_would() ->
     assert list(known.items()) == list(expected.items())
     ids = np.array([expected[_endpoint(int(c) >> 16, int(c) & 0xFFFF)] for c in codes])
     assert got.tolist() == ids[inverse].tolist()
+
+
+#: Linux's options on a duplicate ACK: NOP, NOP, timestamps, NOP, NOP, two SACK blocks (the newest first)
+SACK_OPTIONS = (b"\x01\x01\x08\x0a" + bytes(8) + b"\x01\x01\x05\x12"
+                + struct.pack("!IIII", 3001, 3501, 2001, 2501))
+
+
+@pytest.mark.parametrize("options, span", [
+    (SACK_OPTIONS, (2001, 3501)),
+    (b"\x01\x01\x08\x0a" + bytes(8), (0, 0)),  # the usual timestamps alone
+    (b"\x01\x01\x05\x0a" + struct.pack("!II", 2**32 - 100, 50), (2**32 - 100, 50)),  # a block across the wrap
+    (b"\x01\x01\x05\x12" + struct.pack("!I", 7), (0, 0)),  # its blocks cut by a snap length
+])
+def test_sack_blocks_are_read_by_both_decoders(options: bytes, span: tuple[int, int]) -> None:
+    """A receiver's SACK blocks (the bytes it had out of order) as the span they cover, from IPv4 in
+    bulk and from IPv6 one by one; a block cut off is not read."""
+    v4 = ethernet(ipv4(SERVER[0], CLIENT[0], tcp(SERVER, CLIENT, 5001, ACK, ack=1001, options=options)))
+    v6 = ethernet(ipv6(SERVER6[0], CLIENT6[0], tcp(SERVER6, CLIENT6, 5001, ACK, ack=1001, options=options)), 0x86DD)
+    if len(options) % 4:  # a cut: the header says its options are whole, the capture holds less
+        v4 = ethernet(ipv4(SERVER[0], CLIENT[0], tcp(SERVER, CLIENT, 5001, ACK, ack=1001,
+                                                       options=options + bytes(-len(options) % 4))))[:-3]
+        v6 = v4
+    assert parse_tcp(1, v4).sack == parse_tcp(1, v6).sack == span
+    lengths = np.array([len(v4), len(v6)])
+    index = RecordIndex(np.arange(2, dtype=np.float64), np.array([1, 1]), np.array([0, len(v4)]), lengths,
+                        lengths + (3 if len(options) % 4 else 0))
+    columns = segment_columns(v4 + v6, index)
+    assert list(zip(columns.sack_left.tolist(), columns.sack_right.tolist(), strict=True)) == [span, span]

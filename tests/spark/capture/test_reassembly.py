@@ -157,6 +157,96 @@ def test_capture_starting_mid_stream() -> None:
     assert list(connection.to_server) == [Chunk(1.1, 0, b"next request")]
 
 
+def _sacked(packet: tuple[float, TcpSegment], left: int, right: int) -> tuple[float, TcpSegment]:
+    ts, sent = packet
+    return ts, sent._replace(sack=(left, right))
+
+
+def test_bytes_the_receiver_sacked_before_the_capture_are_unseen_not_a_gap() -> None:
+    """Captured on the broker's host, begun mid-connection: bytes 1001-1100 were lost on the way,
+    1101-1300 arrived out of order before tcpdump started. The NameServer's duplicate ACK says so
+    (ack 1001, SACK 1101-1301), the broker sends 1001-1100 again and goes on at 1301, and the
+    NameServer acknowledges all of it: 1101-1300 were received, just not in the capture."""
+    packets = [
+        _sacked((1.0, segment(SERVER, CLIENT, 5001, ACK, ack=1001)), 1101, 1301),
+        (1.1, segment(CLIENT, SERVER, 1001, ACK, b"a" * 100, ack=5001)),
+        (1.2, segment(CLIENT, SERVER, 1301, ACK, b"d" * 50, ack=5001)),
+        (1.3, segment(SERVER, CLIENT, 5001, ACK, ack=1351)),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert (direction.gaps, direction.unseen) == ([], [(100, 200)])
+    assert list(direction) == [Chunk(1.1, 0, b"a" * 100), Chunk(1.2, 300, b"d" * 50)]
+
+
+def test_a_segment_captured_before_an_earlier_one_starts_no_stream_of_its_own() -> None:
+    """Captured on the NameServer's host as segments arrive out of order: 1101-1200 came before the
+    capture began, 1201-1300 is the first captured, then the NameServer's ACK (1001, SACK 1101-1301)
+    and the late 1001-1100. The stream starts at 1001 (what the receiver lacked), not at 1201: the
+    late segment is the stream's, not a retransmission dropped, and 1101-1200 are unseen."""
+    packets = [
+        (1.0, segment(CLIENT, SERVER, 1201, ACK, b"c" * 100, ack=5001)),
+        _sacked((1.1, segment(SERVER, CLIENT, 5001, ACK, ack=1001)), 1101, 1301),
+        (1.2, segment(CLIENT, SERVER, 1001, ACK, b"a" * 100, ack=5001)),
+        (1.3, segment(SERVER, CLIENT, 5001, ACK, ack=1301)),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert (direction.gaps, direction.unseen) == ([], [(100, 100)])
+    assert list(direction) == [Chunk(1.2, 0, b"a" * 100), Chunk(1.0, 200, b"c" * 100)]
+
+
+def test_without_a_sack_block_a_hole_at_the_start_is_still_a_gap() -> None:
+    """The same capture with no SACK block (a peer without SACK): nothing says the receiver had
+    1101-1300 before the capture began rather than while it ran, so the hole is a gap."""
+    packets = [
+        (1.0, segment(SERVER, CLIENT, 5001, ACK, ack=1001)),
+        (1.1, segment(CLIENT, SERVER, 1001, ACK, b"a" * 100, ack=5001)),
+        (1.2, segment(CLIENT, SERVER, 1301, ACK, b"d" * 50, ack=5001)),
+        (1.3, segment(SERVER, CLIENT, 5001, ACK, ack=1351)),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert (direction.gaps, direction.unseen) == ([(100, 200)], [])
+
+
+def test_bytes_sacked_after_the_start_settled_are_a_gap() -> None:
+    """A SACK block about bytes sent while the capture ran (it dropped them) says nothing of what
+    came before it: a gap, as any hole the capture missed."""
+    packets = [
+        (1.0, segment(CLIENT, SERVER, 1001, ACK, b"a" * 100, ack=5001)),
+        (1.1, segment(SERVER, CLIENT, 5001, ACK, ack=1101)),
+        (1.2, segment(CLIENT, SERVER, 1201, ACK, b"c" * 100, ack=5001)),
+        _sacked((1.3, segment(SERVER, CLIENT, 5001, ACK, ack=1101)), 1201, 1301),
+        (1.4, segment(SERVER, CLIENT, 5001, ACK, ack=1301)),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert (direction.gaps, direction.unseen) == ([(100, 100)], [])
+
+
+def test_a_stale_acknowledgment_makes_no_hole_before_the_captured_start() -> None:
+    """An ACK from before the capture's first segment (a delayed one, or a peer's old number) puts
+    the start before bytes never captured: the captured part starts at its first byte, no gap."""
+    packets = [
+        (1.0, segment(CLIENT, SERVER, 2001, ACK, b"x" * 10, ack=5001)),
+        (1.1, segment(SERVER, CLIENT, 5001, ACK, ack=1001)),
+        (1.2, segment(CLIENT, SERVER, 2011, ACK, b"y" * 10, ack=5001)),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert (direction.gaps, direction.unseen) == ([], [])
+    assert stream_bytes(direction) == [Chunk(1.0, 0, b"x" * 10 + b"y" * 10)]
+
+
+def test_of_a_packet_captured_twice_the_copy_that_kept_more_is_read() -> None:
+    """dumpcap -i any -s 96 -i lo -s 256: every packet twice, the cooked copy first (a microsecond
+    earlier) and cut shorter. The bytes are the same, so the fuller copy's are read: a frame's header
+    that only the loopback's copy kept is not lost to the first copy's cut."""
+    request = b"R" * 300
+    short = segment(CLIENT, SERVER, 1001, PSH | ACK, request[:8], ack=5001)._replace(missing=292)
+    full = segment(CLIENT, SERVER, 1001, PSH | ACK, request[:170], ack=5001)._replace(missing=130)
+    packets = handshake() + [(2.0, short), (2.000001, full)]
+    direction = only(reassemble(packets)).to_server
+    assert list(direction) == [Chunk(2.0, 0, request[:170])]
+    assert direction.uncaptured == [(170, 130)]
+
+
 def test_without_syn_or_server_port_the_first_sender_is_the_client() -> None:
     connection = only(reassemble([(1.0, segment(SERVER, CLIENT, 1, ACK, b"x"))], servers=frozenset({1})))
     assert connection.client == "10.0.0.2:9876"

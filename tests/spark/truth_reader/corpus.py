@@ -78,6 +78,14 @@ def _v4ops(capture: str, *extra: str) -> list[str]:
                 ports="9876,9877", logs=("namesrv.log", "namesrv-9877.log"))
 
 
+V6 = ("RocketMQ 5.3.3, the NameServer listening on every address, IPv6 too (bindAddress=::): broker-a, broker-b, "
+      "the producer and mqadmin given NAMESRV_ADDR=[::1]:9876, so every connection that carries requests is over "
+      "IPv6 ([::1]:9876; the log names its clients [0:0:0:0:0:0:0:1]:PORT), the brokers' own addresses IPv4 "
+      "(brokerIP1=127.0.0.1); the launch script's polls and the NameServer's own scanAvailableNameSrv connection "
+      "go to 127.0.0.1:9876 (a port check). broker-b kill -9, broker-a stops cleanly, then the NameServer (its "
+      "stop closes only its own connection to 127.0.0.1:9876, its client side first: not in the packets)")
+
+
 def _one(version: str, *extra: str, logs: tuple[str, ...] = ("namesrv.log",), ports: str = "9876",
          why: str = LAUNCH, endpoint: str = "127.0.0.1:9876") -> list[str]:
     return [version, ports, "--logs", *logs, "--why", f"{endpoint}={why}", *extra]
@@ -344,6 +352,14 @@ ARGS: dict[str, list[str]] = {
                           "v4-ops-ring.pcap2.xz", "2", "--other-ports", "10909", "10911", "10921", "10931"),
     "v4-ops-late": _v4ops("tcpdump -i any -s 0 'tcp portrange 9876-9877' started at 23:00:57.304Z, after the "
                           "cluster was up: every broker's connection and first registration older than it"),
+    "v5-ipv6": _one("5.3.3", "--stopped", "[::1]:9876=namesrv stop", "--note", V6, "--note",
+                    "tcpdump -i any -s 0 -w v5-ipv6.pcap 'tcp port 9876': Linux cooked v2, whole packets"),
+    "v5-v6ng": _one("5.3.3", "--stopped", "[::1]:9876=namesrv stop", "--note", V6, "--note",
+                    "dumpcap -i lo -s 256 -f 'tcp port 9876' -i any -s 96 -f 'tcp port 9876' -w v5-v6ng.pcapng: two "
+                    "interfaces that overlap, of two link types (Ethernet, Linux cooked v1) and two snap lengths: "
+                    "every packet twice, the cooked copy cut at 96 bytes (8 bytes of an IPv6 segment's payload) "
+                    "and mostly stamped first, the loopback's at 256 (170 bytes: a frame's header); each byte "
+                    "read from the copy that kept it"),
     # our own server (twisted-namesrv) serving the Java rig's brokers and clients
     "v5-tls": _one("5.3.3", "--stopped", "127.0.0.1:9876=namesrv stop", "--note", "The NameServer is ours "
                    "(python -m twisted_namesrv --compat 5.3.3 --tls-mode enforcing), its clients this project's "

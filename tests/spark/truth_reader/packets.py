@@ -7,6 +7,7 @@ import gzip
 import json
 import lzma
 import re
+import socket
 import struct
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -23,8 +24,9 @@ def parse_iso(s: str) -> float:
 
 
 #: link type -> (header length, where its ethertype is): Ethernet, Linux cooked v1 (SLL) and v2 (SLL2); raw IP
-#: (a TUN device's, LINKTYPE_RAW) has no header and no ethertype: its first nibble says IPv4
+#: (a TUN device's, LINKTYPE_RAW) has no header and no ethertype: its first nibble says IPv4 or IPv6
 LINK_HEADERS = {1: (14, 12), 113: (16, 14), 276: (20, 0), 101: (0, None)}
+IPV4, IPV6 = b"\x08\x00", b"\x86\xdd"
 
 
 def _raw(path: Path) -> bytes:
@@ -150,25 +152,36 @@ def files_missing(folder: Path, files: list[str]) -> list[dict]:
 
 
 def read_pcap(path: Path):
-    """(t, src, dst, flags, seq, payload, missing) of every TCP/IPv4 segment of a capture file (Ethernet,
-    SLL, SLL2, raw IP), gz or not; ``missing``: the payload bytes a snap length cut off (by the IP total length)."""
+    """(t, src, dst, flags, seq, payload, missing) of every TCP segment over IPv4 or IPv6 (no extension
+    header) of a capture file (Ethernet, SLL, SLL2, raw IP), gz or not; an IPv6 endpoint written "[addr]:port";
+    ``missing``: the payload bytes a snap length cut off (by the IP header's length)."""
     out = []
     for t, link_type, pkt, _orig in records(path):
         if link_type not in LINK_HEADERS:
             continue  # another interface's records (dumpcap -i nflog -i lo): unread_records counts them
         link, ethertype_at = LINK_HEADERS[link_type]
         if ethertype_at is None:
-            if not pkt or pkt[0] >> 4 != 4:
+            if not pkt or pkt[0] >> 4 not in (4, 6):
                 continue
-        elif len(pkt) < link or pkt[ethertype_at:ethertype_at + 2] != b"\x08\x00":
+            v6 = pkt[0] >> 4 == 6
+        elif len(pkt) < link or pkt[ethertype_at:ethertype_at + 2] not in (IPV4, IPV6):
             continue
+        else:
+            v6 = pkt[ethertype_at:ethertype_at + 2] == IPV6
         ip = pkt[link:]
-        ihl = (ip[0] & 15) * 4
-        if ip[9] != 6:
-            continue
-        total = struct.unpack(">H", ip[2:4])[0]
-        src_ip = ".".join(map(str, ip[12:16]))
-        dst_ip = ".".join(map(str, ip[16:20]))
+        if v6:
+            if len(ip) < 40 or ip[6] != 6:
+                continue
+            ihl, total = 40, 40 + struct.unpack(">H", ip[4:6])[0]
+            src_ip = f"[{socket.inet_ntop(socket.AF_INET6, ip[8:24])}]"
+            dst_ip = f"[{socket.inet_ntop(socket.AF_INET6, ip[24:40])}]"
+        else:
+            ihl = (ip[0] & 15) * 4
+            if ip[9] != 6:
+                continue
+            total = struct.unpack(">H", ip[2:4])[0]
+            src_ip = ".".join(map(str, ip[12:16]))
+            dst_ip = ".".join(map(str, ip[16:20]))
         tcp = ip[ihl:total]
         sport, dport, seq, _ack, offflags = struct.unpack(">HHIIH", tcp[:14])
         doff = (offflags >> 12) * 4
@@ -221,6 +234,7 @@ class Conn:
             self.early[side].setdefault(seq, (payload, missing, t))
             return
         if not self._take_one(side, t, seq, payload, missing):
+            self._fill(side, seq, payload)
             return
         while self.next_seq[side] in self.early[side]:
             self._append(side, t, *self.early[side].pop(self.next_seq[side])[:2])
@@ -237,6 +251,25 @@ class Conn:
             return False
         self._append(side, t, payload[skip:], missing - max(0, skip - len(payload)))
         return True
+
+    def _fill(self, side: str, seq: int, payload: bytes) -> None:
+        """A copy of bytes already taken (the same packet captured again on another interface, or a
+        retransmission) fills what a snap length cut from the copy taken first: the bytes are the same,
+        the fuller copy keeps more of them (dumpcap -i any -s 96 -i lo -s 256)."""
+        if not payload or not self.cut[side]:
+            return
+        data = self.data[side]
+        start = len(data) - (self.next_seq[side] - seq) % (1 << 32)
+        end = start + len(payload)
+        kept = []
+        for offset, length in self.cut[side]:
+            low, high = max(offset, start), min(offset + length, end)
+            if low >= high:
+                kept.append((offset, length))
+                continue
+            data[low:high] = payload[low - start:high - start]
+            kept += [(o, n) for o, n in ((offset, low - offset), (high, offset + length - high)) if n > 0]
+        self.cut[side] = kept
 
     def close_holes(self) -> None:
         """Once every packet is read: segments still held ahead of a hole are after bytes the capture

@@ -28,13 +28,17 @@ JAVA_ZONE = dt.timedelta(hours=8)  # the Java logs' clock on the rig: UTC+08:00
 _JAVA_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 _OUR_TIME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?[+-]\d{4}) \[")
 
+#: a loopback client as Java names it: 127.0.0.1, or ::1 as Java writes an IPv6 address (in full, bracketed:
+#: "[0:0:0:0:0:0:0:1]", as InetSocketAddress prints it since Java 14)
+LOOPBACK = r"(?:127\.0\.0\.1|\[0:0:0:0:0:0:0:1\])"
+
 # event -> the line that proves it; {addr} is the broker's address, {port} the client port of its
 # connection, {topic} a topic (re.escape'd before use)
 JAVA = {
     "register": r"new broker registered.*{addr}",
     "unregister": r"unregisterBroker, remove from brokerLiveTable OK",
-    "closed_by_broker": r"channel destroyed|channelInactive, the channel\[127\.0\.0\.1:{port}\]",
-    "expired": r"IDLE exception \[127\.0\.0\.1:{port}\]|The broker channel expired",
+    "closed_by_broker": r"channel destroyed|channelInactive, the channel\[" + LOOPBACK + r":{port}\]",
+    "expired": r"IDLE exception \[" + LOOPBACK + r":{port}\]|The broker channel expired",
     "expired_by_scan": r"The broker channel (\S+ )?expired",
     "write_perm": r"{op} write perm of broker\[{broker}\], client: \S+, \d+\s*$",
     # every channel it accepted, named by the client's address as it saw it ({client}: "" for any)
