@@ -28,9 +28,13 @@ def fresh() -> Any:
 
 
 def closed(reactor: Any) -> None:
+    """The reactor's sockets closed with it: the accepted connections' too, else each test leaves
+    CONNECTIONS descriptors open and a later test's select() meets one past FD_SETSIZE."""
     for selectable in list(reactor.getReaders()) + list(reactor.getWriters()):
         reactor.removeReader(selectable)
         reactor.removeWriter(selectable)
+        if isinstance(selectable, tcp.Server):
+            selectable.socket.close()
     reactor._poller.close()
 
 
