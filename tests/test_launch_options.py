@@ -44,6 +44,16 @@ def test_a_usage_error_is_one_line_and_try_help(tmp_path, name, args, message):
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("name, program", [("python -m", "python -m twisted_namesrv"),
+                                           ("twistd -n", "twistd [options] namesrv")])
+def test_help_begins_with_the_usage_line_under_every_launcher(tmp_path, name, program):
+    """``python -m twisted_namesrv --help`` began "[-c FILE] [-n NAMESRV_LIST] ...", the synopsis
+    without the command it belongs to; twistd's said "Usage: twistd [options] namesrv ..."."""
+    result = run(FOREGROUND[name] + ["--help"], tmp_path)
+    assert result.returncode == 0, result
+    assert result.stdout.splitlines()[0].startswith(f"Usage: {program} [-c FILE] "), result.stdout[:200]
+
+
 def test_a_value_out_of_range_names_the_file_it_came_from(tmp_path):
     config = tmp_path / "namesrv.properties"
     config.write_text("listenPort=70000\n")

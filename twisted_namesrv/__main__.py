@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> None:
     from .hangup import exit_status
     from .tap import Options, makeService
 
+    program = "python -m twisted_namesrv" if sys.argv[0].endswith("__main__.py") else Path(sys.argv[0]).name
     options = Options()
+    # --help's first line, as twistd's ("Usage: twistd [options] namesrv ..."): bare, it began "[-c FILE]"
+    options.synopsis = f"Usage: {program} {Options.synopsis}"
 
     def begin_logging() -> None:
         globalLogBeginner.beginLoggingTo([options.log_observer()], redirectStandardIO=False)
@@ -45,7 +48,6 @@ def main(argv: list[str] | None = None) -> None:
     try:
         options.parseOptions(sys.argv[1:] if argv is None else argv)
     except usage.UsageError as exc:
-        program = "python -m twisted_namesrv" if sys.argv[0].endswith("__main__.py") else Path(sys.argv[0]).name
         sys.stderr.write(f"{program}: {exc} (try --help)\n")
         sys.exit(USAGE_ERROR)
     except SystemExit as exc:

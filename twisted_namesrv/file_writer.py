@@ -18,6 +18,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from twisted.internet import interfaces, threads
 from twisted.logger import Logger
@@ -86,7 +87,9 @@ class FileWriter:
             done(None)
             return
         self.in_flight = True
-        reactor: interfaces.IReactorThreads = self.reactor  # type: ignore[assignment]
+        # an IReactorThreads: typed as one, mypy reads zope's interface methods, declared without
+        # ``self``, as taking none ("does not accept self argument"), as apart.py says
+        reactor: Any = self.reactor
 
         def finished(result: object) -> None:
             self.in_flight = False

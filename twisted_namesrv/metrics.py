@@ -56,11 +56,11 @@ class Metrics:
     """Counters since start.  ``requests`` is keyed by (request code, response code or None for
     oneway); latency is the server's time from a request's bytes to its encoded answer."""
 
-    requests: Counter = field(default_factory=Counter)
+    requests: Counter[tuple[int, int | None]] = field(default_factory=Counter)
     latency: dict[int, LatencyHistogram] = field(default_factory=dict)
-    rejected: Counter = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
     #: route events by kind (namesrv_broker_events_total)
-    route_events: Counter = field(default_factory=Counter)
+    route_events: Counter[str] = field(default_factory=Counter)
     #: route lookups answered by AnswerCache.replies_from_memory (GET_ROUTEINFO_BY_TOPIC, SUCCESS), kept apart
     #: so the hottest path costs two additions and a bisect; ``requests_by_code`` folds them in
     answered_from_memory_count: int = 0
@@ -69,9 +69,9 @@ class Metrics:
     bytes_sent: int = 0
     connections_accepted: int = 0
     #: saves that failed, so the change was refused (state/store.py), by (store key, errno name)
-    store_failures: Counter = field(default_factory=Counter)
+    store_failures: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: store files not loaded at start (topologyPath, routeSnapshotPath), by (store key, reason)
-    store_load_refusals: Counter = field(default_factory=Counter)
+    store_load_refusals: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: starts on this data directory, this one included (starts.py: kept in its file across restarts)
     starts: int = 0
     #: those of them after a run that did not stop cleanly (killed, crashed), this one included if so
@@ -80,9 +80,9 @@ class Metrics:
     acl_reload_failures: int = 0
     #: log lines its file (or stdout) refused, by errno name: the log writer's own count (logs.LineWriter.lost),
     #: handed over where the server is built (tap.makeService); empty when another observer writes the log
-    log_lines_lost: Counter = field(default_factory=Counter)
+    log_lines_lost: Counter[str] = field(default_factory=Counter)
     #: pushes to brokers (server.py: Notifier) by result: sent, failed, superseded, dropped
-    pushes: Counter = field(default_factory=Counter)
+    pushes: Counter[str] = field(default_factory=Counter)
     #: WATCHDOG=1s systemd could not be sent (sdnotify.Watchdog: the first of a run is a warning line)
     watchdog_failures: int = 0
 
@@ -101,7 +101,7 @@ class Metrics:
         latency.counts[bisect_left(LATENCY_BUCKETS, seconds)] += times
         latency.total += seconds * times
 
-    def requests_by_code(self) -> tuple[Counter, dict[int, LatencyHistogram]]:
+    def requests_by_code(self) -> tuple[Counter[tuple[int, int | None]], dict[int, LatencyHistogram]]:
         """All requests and latencies, those answered from memory included."""
         requests = Counter(self.requests)
         latency = dict(self.latency)

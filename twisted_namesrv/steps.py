@@ -26,4 +26,5 @@ def run_steps(steps: Steps[T]) -> T:
         try:
             next(steps)
         except StopIteration as done:
-            return done.value
+            result: T = done.value
+            return result

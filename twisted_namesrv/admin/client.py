@@ -135,8 +135,9 @@ def json_body(addr: str, response: RemotingCommand) -> Any:
     """The response body as JSON (fastjson's unquoted numeric keys accepted)."""
     if not response.body:
         raise TransportError(f"{addr}: answer {code_name(response.code, True)} has no body")
+    body = response.body
     try:
-        return fastjson.loads(response.body)
+        return fastjson.loads(body if isinstance(body, bytes) else bytes(body))  # (a view: only a capture's)
     except ValueError as exc:
         raise TransportError(f"{addr}: answer body is not JSON: {exc}") from None
 
@@ -194,7 +195,8 @@ class NamesrvClient:
             fields = {k: v for k, v in (ext or {}).items() if v is not None}
             stamp_ms, nonce = self.fan_out.stamp(self.addr, code, fields, body)
             ext = signed_bound(fields, code, *self.credentials, body, stamp_ms, nonce)
-        request = RemotingCommand.request(code, ext, body, opaque=next(_OPAQUES), version=version, language="JAVA")
+        header: dict[str, str | None] | None = None if ext is None else dict(ext)  # (the header's own type)
+        request = RemotingCommand.request(code, header, body, opaque=next(_OPAQUES), version=version, language="JAVA")
         deadline = time.monotonic() + self.timeout
         while True:
             kept = self._sock is not None

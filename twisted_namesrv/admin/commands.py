@@ -139,7 +139,7 @@ def read_config(client: NamesrvClient) -> dict[str, str]:
     """GET_NAMESRV_CONFIG's properties text as a dict."""
     answer = client.call_ok(RequestCode.GET_NAMESRV_CONFIG)
     try:
-        return properties.load((answer.body or b"").decode("utf-8"))
+        return properties.load(bytes(answer.body or b"").decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise AdminError(f"{client.addr}: config body is not properties text: {exc}") from None
 

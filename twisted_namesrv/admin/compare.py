@@ -104,7 +104,8 @@ def snapshot(client: NamesrvClient, data_versions: bool = False, max_paths: int 
         while True:
             ask = asks.send(client.call(ask.code, ask.ext, ask.body))
     except StopIteration as done:
-        return done.value
+        read: Snapshot = done.value
+        return read
 
 
 def _ok(addr: str, ask: Ask) -> Generator[Ask, RemotingCommand, RemotingCommand]:
@@ -151,12 +152,13 @@ def snapshot_asks(addr: str, data_versions: bool = False, max_paths: int | None 
     return Snapshot(paths, answer.version)
 
 
-def values_in(body: bytes) -> int:
+def values_in(body: bytes | memoryview) -> int:
     """About how many values a JSON body holds, counted over its bytes without decoding it: one more
     than its commas (one between two members of an object or an array; a comma inside a text counts
     too, which no NameServer's names hold).  A route's values and the fields a reading keeps of it
     are about as many (a queue: five of each; a broker: four or five against five)."""
-    return body.count(b",") + 1 if body else 0
+    data = body if isinstance(body, bytes) else body.tobytes()  # (a view: only a capture's, never a reading's)
+    return data.count(b",") + 1 if data else 0
 
 
 class _Room:

@@ -165,7 +165,7 @@ def run_simulation(namesrvs: list[str], args: argparse.Namespace, credentials: t
     return 1 if failures else 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     sub = subparsers.add_parser(
         "simulate-broker", help="register simulated brokers and keep them alive (no Java needed)",
         description="Registers brokers with every NameServer of -n and heartbeats every --interval seconds "
