@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 import crcmod.predefined
@@ -91,6 +92,16 @@ class TestFastjson:
             assert fastjson.dumps({char: f"\u00e9{char}"}) == f'{{"{escape}":"\u00e9{escape}"}}'
         assert fastjson.dumps(["\x01\t\\u001f", 0]) == '["\\u0001\\t\\\\u001f",0]'  # a backslash's u stays
         assert fastjson.dumps(["plain", "\u00e9"]) == '["plain","\u00e9"]'
+
+    def test_ext_fields_that_are_not_strings_read_as_java_reads_them(self) -> None:
+        """RemotingCommand.extFields is a HashMap<String, String>: fastjson fills it with a number's
+        own text and an object's JSON in a HashMap's order (4.9.8's and 5.3.3's RemotingSerializable
+        printed the map below).  The parsed values wrote 1e3 as 1000.0, -0 as 0 and 1.50 as 1.5: a
+        lookup of another topic than Java's."""
+        header = (b'{"code":105,"extFields":{"topic":1e3,"a":-0,"b":1.50,"c":true,"d":{"zz":1,"a":2,"mm":3},'
+                  b'"e":null,"f":"s"},"opaque":1}')
+        assert RemotingCommand.decode(struct.pack(">I", len(header)) + header).ext == {
+            "topic": "1E+3", "a": "-0", "b": "1.50", "c": "true", "d": '{"zz":1,"mm":3,"a":2}', "e": None, "f": "s"}
 
     def test_nulls_are_omitted(self) -> None:
         assert fastjson.dumps({"a": None, "b": {"c": None}, "d": [None]}) == '{"b":{},"d":[null]}'

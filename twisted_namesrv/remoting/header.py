@@ -354,7 +354,7 @@ def _parse_json_header(data: bytes) -> Header:
         if not isinstance(ext, dict):
             raise RemotingDecodeError("extFields is not an object")
         if not set(map(type, ext.values())) <= _STRINGS_ONLY:  # every value a str: no generator resumed per value
-            ext = {str(k): _java_string(v) for k, v in ext.items()}
+            ext = _ext_as_java_reads(data, ext)
     trailer = data[len(data.rstrip()):] if data[-1:].isspace() else b""
     language = obj.get("language", "JAVA")
     code, version, opaque, flag = obj.get("code"), obj.get("version"), obj.get("opaque"), obj.get("flag")
@@ -374,6 +374,16 @@ def _parse_json_header(data: bytes) -> Header:
         ext_fields=ext,
         json_layout=(tuple(obj), trailer),
     )
+
+
+def _ext_as_java_reads(data: bytes, ext: dict[Any, Any]) -> dict[str, str | None]:
+    """extFields holding a value that is not a string, as fastjson fills its HashMap<String, String>:
+    read again keeping each number's text (``-0``, ``1.50``, ``1e3`` are ``-0``, ``1.50``, ``1E+3`` in
+    Java, where the parsed values wrote ``0``, ``1.5``, ``1000.0``: another topic, another key)."""
+    again = fastjson.loads_keeping_numbers(data)
+    kept = again.get("extFields") if isinstance(again, dict) else None
+    fields = kept if isinstance(kept, dict) else ext
+    return {str(k): _java_string(v) for k, v in fields.items()}
 
 
 def _json_field(header: Header, key: str, serialize_name: str) -> str | None:
