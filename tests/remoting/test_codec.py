@@ -33,7 +33,9 @@ from twisted_namesrv.remoting.header import (
     Header,
     HeaderTemplates,
     decode_binary_header,
+    decode_json_header,
     encode_binary_header,
+    read_header_prefix,
 )
 
 decode_json = HeaderTemplates(16).decode_json
@@ -102,6 +104,23 @@ class TestFastjson:
                   b'"e":null,"f":"s"},"opaque":1}')
         assert RemotingCommand.decode(struct.pack(">I", len(header)) + header).ext == {
             "topic": "1E+3", "a": "-0", "b": "1.50", "c": "true", "d": '{"zz":1,"mm":3,"a":2}', "e": None, "f": "s"}
+
+    @pytest.mark.parametrize("depth", [900, 995, 1000, 5000])
+    def test_a_header_nested_deeper_than_python_reads_is_refused_or_read_never_raised(self, depth: int) -> None:
+        """A value nested about as deep as Python recurses: the header decodes or is undecodable
+        (RemotingDecodeError, the frame's refusal), and the capture's reader of a cut header's start
+        takes what it can; neither raises anything else (RecursionError from the start's reader
+        stopped a Spark task that met such a frame's first packet)."""
+        nested = b"[" * depth + b"]" * depth
+        header = b'{"code":105,"extFields":{"topic":' + nested + b'},"remark":' + nested + b',"opaque":1}'
+        try:
+            decoded = decode_json_header(header)
+        except RemotingDecodeError:
+            pass
+        else:
+            assert decoded.code == 105 and decoded.ext_fields is not None
+        assert read_header_prefix(0, header).code == 105
+        assert read_header_prefix(0, header[:-1]).code == 105
 
     def test_nulls_are_omitted(self) -> None:
         assert fastjson.dumps({"a": None, "b": {"c": None}, "d": [None]}) == '{"b":{},"d":[null]}'
