@@ -10,6 +10,7 @@ import pytest
 from twisted.logger import capturedLogs, formatEvent
 
 from tests.web.test_metrics_and_api import Served, value
+from twisted_namesrv import processor
 from twisted_namesrv.audit import OPERATIONS, RESULTS
 from twisted_namesrv.controller.audit import CONTROLLER_OPERATIONS
 from twisted_namesrv.escapes import CONTROLS
@@ -198,12 +199,12 @@ def test_a_peer_s_names_and_values_are_quoted_and_forge_no_field_result_or_line(
         ': config={productEnvName="x, aclEnable=false", orderMessageEnable=true} -> ok')
 
 
-def test_only_a_change_the_disk_refused_is_failed_never_a_request_s_own_fault(served, tmp_path):
+def test_only_a_change_the_disk_refused_is_failed_never_a_request_s_own_fault(served, tmp_path, monkeypatch):
     """``failed`` pages (NamesrvAdminRequestsFailing, critical: "could not be saved, a full disk?").
     Java answers SYSTEM_ERROR to a request of its own fault, and so do our limits: any peer without ACL
     sent a put without a namespace, a config body that is no properties text or a put past maxKvBytes
     in a loop, each counted failed, and paged whoever was on call for a disk that was fine.  Those
-    are refused now; a save the disk refused is still failed."""
+    are refused now; a save the disk refused, or a handler that raised (a bug), is still failed."""
     open_server = Served(tmp_path / "open", maxKvBytes=300)
     for code, ext, body in [
             (RequestCode.PUT_KV_CONFIG, {"key": "k", "value": "v"}, None),
@@ -221,4 +222,12 @@ def test_only_a_change_the_disk_refused_is_failed_never_a_request_s_own_fault(se
     answer, events = ask(open_server, RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"},
                          account=None)
     assert answer.code == ResponseCode.SYSTEM_ERROR and "cannot save" in answer.remark
+    assert audit_of(events)["result"] == "failed"
+
+    def broken(state, request, peer):
+        raise RuntimeError("a bug")
+    monkeypatch.setitem(processor.HANDLERS, RequestCode.DELETE_KV_CONFIG, broken)
+    buggy = Served(tmp_path / "buggy")
+    answer, events = ask(buggy, RequestCode.DELETE_KV_CONFIG, {"namespace": "ns", "key": "k"}, account=None)
+    assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR, "RuntimeError: a bug")
     assert audit_of(events)["result"] == "failed"

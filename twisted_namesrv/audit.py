@@ -27,6 +27,7 @@ it is written; logs.py escapes what is left of a line's control characters too.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ class Audited:
     failures: Callable[[str], bool] | None = None
 
 
+#: the remark of the answer to a handler that raised (Dispatcher._failed: the exception's type, then its text)
+_RAISED = re.compile(r"[A-Z]\w*(?:Error|Exception): ")
+
 #: the NameServer's: request code -> operation
 OPERATIONS: dict[int, str] = {
     RequestCode.PUT_KV_CONFIG: "put_kv_config",
@@ -88,10 +92,11 @@ NAMESRV = Audited(OPERATIONS, {
 }, frozenset({RequestCode.UPDATE_NAMESRV_CONFIG}),
     # how many topics a write-permission change touched, what a retirement forgot
     ("wipeTopicCount", "addTopicCount", "retired"), code_name,
-    # failed: a change the disk refused (StoreError's text), which pages; Java's SYSTEM_ERROR to a request
-    # of its own fault (no namespace, a body that is no properties text, a value out of range) and our
-    # limits' answers are refused: any peer without ACL sent one in a loop and paged whoever was on call
-    failures=lambda remark: CANNOT_SAVE in remark)
+    # failed: a change the disk refused (StoreError's text) or a handler that raised, which page; Java's
+    # SYSTEM_ERROR to a request of its own fault (no namespace, a body that is no properties text, a value
+    # out of range) and our limits' answers are refused: any peer without ACL sent one in a loop and
+    # paged whoever was on call
+    failures=lambda remark: CANNOT_SAVE in remark or _RAISED.match(remark) is not None)
 
 #: ok: answered SUCCESS; refused: by the ACL, the config black list or a value's control characters, or aimed
 #: at what it may not change (INVALID_PARAMETER, QUERY_NOT_FOUND: a retirement of a registered or unknown

@@ -570,9 +570,19 @@ def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, pee
     """Always 0, as Java; without a topic nothing is stored (5.3.3: NPE on the null key)."""
     if request.body and request.ext.get("topic") is not None:
         try:
-            queues = [QueueData.from_json(q) for q in (json_body(request).get("queueDatas") or [])]
+            listed = json_body(request).get("queueDatas") or []
+        except AttributeError as exc:
+            raise BadRequest(f"body is not a TopicRouteData: {exc}") from None
+        try:
+            state.routes.check_register_topic_count(len(listed))  # before a Python step an entry
+            queues = [QueueData.from_json(q) for q in listed]
         except (AttributeError, TypeError, KeyError, OverflowError, ValueError) as exc:
             raise BadRequest(f"body is not a TopicRouteData: {exc}") from None
+        except RegistrationRefused as refusal:
+            state.refusals("remoting", refusal.reason, peer.address, "register topic {topic} refused: {why}",
+                           topic=str(request.ext.get("topic"))[:200], why=str(refusal))
+            return respond(state, request, ResponseCode.SYSTEM_ERROR, f"register topic refused: {refusal}",
+                           normal=False)
         try:
             state.routes.register_topic(request.ext.get("topic"), queues)
         except RegistrationRefused as refusal:  # past a limit of the tables: nothing stored (Java has none)

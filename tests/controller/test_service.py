@@ -58,6 +58,11 @@ def test_bad_input_is_answered_not_crashed_on(tmp_path) -> None:
         assert service.manager.refusals.counts["controller", "config_key"] == 1  # logged and counted
         updated = yield ask(Req.UPDATE_CONTROLLER_CONFIG, body=b"enableElectUncleanMaster=true\n")
         assert updated.code == 0 and service.config["enableElectUncleanMaster"] is True
+        # a body that is not UTF-8 read as Java's new String(body, UTF_8): U+FFFD U+FFFD true, parsed as
+        # Boolean.parseBoolean parses it (false), where it was answered string2Properties error
+        not_utf8 = yield ask(Req.UPDATE_CONTROLLER_CONFIG, body=b"enableElectUncleanMaster=\xff\xfetrue\n")
+        assert not_utf8.code == 0 and service.config["enableElectUncleanMaster"] is False
+        updated = yield ask(Req.UPDATE_CONTROLLER_CONFIG, body=b"enableElectUncleanMaster=true\n")
         storm = yield ask(Req.UPDATE_CONTROLLER_CONFIG, body=b"electMasterMaxRetryCount=2147483647\n")
         assert (storm.code, storm.remark) == (1, "electMasterMaxRetryCount: 2147483647 is out of range (0 to 16)")
         assert service.config["electMasterMaxRetryCount"] == 3

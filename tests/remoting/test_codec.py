@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 import crcmod.predefined
@@ -32,7 +33,9 @@ from twisted_namesrv.remoting.header import (
     Header,
     HeaderTemplates,
     decode_binary_header,
+    decode_json_header,
     encode_binary_header,
+    read_header_prefix,
 )
 
 decode_json = HeaderTemplates(16).decode_json
@@ -91,6 +94,33 @@ class TestFastjson:
             assert fastjson.dumps({char: f"\u00e9{char}"}) == f'{{"{escape}":"\u00e9{escape}"}}'
         assert fastjson.dumps(["\x01\t\\u001f", 0]) == '["\\u0001\\t\\\\u001f",0]'  # a backslash's u stays
         assert fastjson.dumps(["plain", "\u00e9"]) == '["plain","\u00e9"]'
+
+    def test_ext_fields_that_are_not_strings_read_as_java_reads_them(self) -> None:
+        """RemotingCommand.extFields is a HashMap<String, String>: fastjson fills it with a number's
+        own text and an object's JSON in a HashMap's order (4.9.8's and 5.3.3's RemotingSerializable
+        printed the map below).  The parsed values wrote 1e3 as 1000.0, -0 as 0 and 1.50 as 1.5: a
+        lookup of another topic than Java's."""
+        header = (b'{"code":105,"extFields":{"topic":1e3,"a":-0,"b":1.50,"c":true,"d":{"zz":1,"a":2,"mm":3},'
+                  b'"e":null,"f":"s"},"opaque":1}')
+        assert RemotingCommand.decode(struct.pack(">I", len(header)) + header).ext == {
+            "topic": "1E+3", "a": "-0", "b": "1.50", "c": "true", "d": '{"zz":1,"mm":3,"a":2}', "e": None, "f": "s"}
+
+    @pytest.mark.parametrize("depth", [900, 995, 1000, 5000])
+    def test_a_header_nested_deeper_than_python_reads_is_refused_or_read_never_raised(self, depth: int) -> None:
+        """A value nested about as deep as Python recurses: the header decodes or is undecodable
+        (RemotingDecodeError, the frame's refusal), and the capture's reader of a cut header's start
+        takes what it can; neither raises anything else (RecursionError from the start's reader
+        stopped a Spark task that met such a frame's first packet)."""
+        nested = b"[" * depth + b"]" * depth
+        header = b'{"code":105,"extFields":{"topic":' + nested + b'},"remark":' + nested + b',"opaque":1}'
+        try:
+            decoded = decode_json_header(header)
+        except RemotingDecodeError:
+            pass
+        else:
+            assert decoded.code == 105 and decoded.ext_fields is not None
+        assert read_header_prefix(0, header).code == 105
+        assert read_header_prefix(0, header[:-1]).code == 105
 
     def test_nulls_are_omitted(self) -> None:
         assert fastjson.dumps({"a": None, "b": {"c": None}, "d": [None]}) == '{"b":{},"d":[null]}'

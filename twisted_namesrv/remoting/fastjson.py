@@ -282,7 +282,10 @@ def java_string_field(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return str(value)
-    return dumps(_as_java(value))
+    try:
+        return dumps(_as_java(value))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _as_java(value: Any) -> Any:
@@ -292,10 +295,16 @@ def _as_java(value: Any) -> Any:
         return int(value)
     if isinstance(value, JsonDecimal):
         return Decimal(value)
-    if isinstance(value, dict):
-        return java_hash_map({str(k): _as_java(v) for k, v in value.items()})
+    if isinstance(value, dict):  # loops, not comprehensions: one frame a level, as _write takes
+        converted: dict[str, Any] = {}
+        for key, item in value.items():
+            converted[str(key)] = _as_java(item)
+        return java_hash_map(converted)
     if isinstance(value, list):
-        return [_as_java(item) for item in value]
+        items = []
+        for item in value:
+            items.append(_as_java(item))
+        return items
     return value
 
 

@@ -40,8 +40,13 @@ class Header:
 
 # ---- JSON -----------------------------------------------------------------------------------
 
-#: fastjson's coercion of a JSON value into a Java String field (a header's remark, extFields' values)
-_java_string = fastjson.java_string_field
+def _java_string(value: Any) -> str | None:
+    """fastjson's coercion of a JSON value into a Java String field (a header's remark, extFields'
+    values: fastjson.java_string_field); one nested deeper than Python writes is undecodable."""
+    try:
+        return fastjson.java_string_field(value)
+    except ValueError as exc:
+        raise RemotingDecodeError(f"header is not JSON: {exc}") from None
 
 
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -354,7 +359,7 @@ def _parse_json_header(data: bytes) -> Header:
         if not isinstance(ext, dict):
             raise RemotingDecodeError("extFields is not an object")
         if not set(map(type, ext.values())) <= _STRINGS_ONLY:  # every value a str: no generator resumed per value
-            ext = {str(k): _java_string(v) for k, v in ext.items()}
+            ext = _ext_as_java_reads(data, ext)
     trailer = data[len(data.rstrip()):] if data[-1:].isspace() else b""
     language = obj.get("language", "JAVA")
     code, version, opaque, flag = obj.get("code"), obj.get("version"), obj.get("opaque"), obj.get("flag")
@@ -374,6 +379,19 @@ def _parse_json_header(data: bytes) -> Header:
         ext_fields=ext,
         json_layout=(tuple(obj), trailer),
     )
+
+
+def _ext_as_java_reads(data: bytes, ext: dict[Any, Any]) -> dict[str, str | None]:
+    """extFields holding a value that is not a string, as fastjson fills its HashMap<String, String>:
+    read again keeping each number's text (``-0``, ``1.50``, ``1e3`` are ``-0``, ``1.50``, ``1E+3`` in
+    Java, where the parsed values wrote ``0``, ``1.5``, ``1000.0``: another topic, another key)."""
+    try:
+        again = fastjson.loads_keeping_numbers(data)
+    except ValueError:  # nested deeper than the json module reads: the values as parsed
+        again = None
+    kept = again.get("extFields") if isinstance(again, dict) else None
+    fields = kept if isinstance(kept, dict) else ext
+    return {str(k): _java_string(v) for k, v in fields.items()}
 
 
 def _json_field(header: Header, key: str, serialize_name: str) -> str | None:
@@ -513,6 +531,8 @@ def _json_members(text: str, at: int, top: bool = False) -> dict[str, tuple[Any,
         at = _skip(text, at + 1)
         try:
             value, after = _JSON_DECODER.raw_decode(text, at)
+        except RecursionError:  # nested deeper than the json module reads (a peer's 1,000 '['): no value
+            return members
         except ValueError:  # cut inside the value: an object at the top level is read in part
             if top and at < len(text) and text[at] == "{":
                 inner = _json_members(text, at)
