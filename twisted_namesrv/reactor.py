@@ -142,8 +142,10 @@ class _Sets:
         self.clients.register(self.newcomers.fileno(), EPOLLIN)
         self.brokers_fd = self.brokers.fileno()
         self.newcomers_fd = self.newcomers.fileno()
-        #: the descriptors registered in the brokers' set, and in the newcomers'
-        self.in_brokers: set[int] = set()
+        #: the descriptors registered in the brokers' set (a dict's keys: every broker's connection
+        #: is one, and a set keeps a table four times its count, 512 KiB at 5,000 brokers against
+        #: the dict's 144), and in the newcomers'
+        self.in_brokers: dict[int, None] = {}
         self.in_newcomers: set[int] = set()
         #: the newcomers reported since they were last watched (their one report taken: see above)
         self.reported: set[int] = set()
@@ -170,7 +172,7 @@ class _Sets:
 
     def unregister(self, fd: int) -> None:
         self._set_of(fd).unregister(fd)
-        self.in_brokers.discard(fd)
+        self.in_brokers.pop(fd, None)
         self.in_newcomers.discard(fd)
         self.reported.discard(fd)
         self._emptied()
@@ -194,13 +196,13 @@ class _Sets:
         if not self.reported:
             self.reported = set()
         if not self.in_brokers:
-            self.in_brokers = set()
+            self.in_brokers = {}
 
     def to_brokers(self, fd: int, flags: int) -> None:
         """Watch ``fd`` (registered for ``flags``) in the brokers' set from now on."""
         self._leave(fd)
         self.brokers.register(fd, flags)
-        self.in_brokers.add(fd)
+        self.in_brokers[fd] = None
 
     def heard(self, fd: int, flags: int) -> None:
         """A newcomer was read: watch ``fd`` (registered for ``flags``) in the clients' set from now on."""
