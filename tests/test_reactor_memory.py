@@ -1,6 +1,8 @@
 """The reactor's sets of descriptors (reactor._Sets) hold no table a burst grew once it is over: a
 set keeps the table it grew to, and 5,000 brokers connecting at once grew the newcomers' two to
-512 KiB each, held after their first reads; emptied, each is made anew."""
+512 KiB each, held after their first reads; emptied, each is made anew. The brokers' descriptors,
+which stay, and Twisted's record of every connection read are a dict's keys: a set keeps a table four
+times its count."""
 
 from __future__ import annotations
 
@@ -41,11 +43,15 @@ def test_the_newcomers_sets_give_their_burst_tables_back_after_the_first_reads(r
     assert len(factory.served) == BURST
     assert sets.in_newcomers == set() and sets.reported == set()
     assert sys.getsizeof(sets.in_newcomers) + sys.getsizeof(sets.reported) < 1_000  # not the burst's 2 x 2 KiB+
-    assert len(sets.in_brokers) == BURST
+    assert len(sets.in_brokers) == BURST and type(sets.in_brokers) is dict  # (a set: 4x its count in slots)
+    # Twisted's record of what it reads, every connection: a dict's keys too, added and removed in C
+    assert type(reactor._reads) is namesrv_reactor.Descriptors and set(sets.in_brokers) <= reactor._reads.keys()
+    assert namesrv_reactor.Descriptors.add is dict.setdefault and namesrv_reactor.Descriptors.remove is dict.pop
     for client in clients:
         client.close()
     for _ in range(BURST):
         turn(reactor)
         if not sets.in_brokers:
             break
-    assert sets.in_brokers == set() and sys.getsizeof(sets.in_brokers) < 1_000
+    assert sets.in_brokers == {} and sys.getsizeof(sets.in_brokers) < 1_000
+

@@ -60,7 +60,7 @@ import re
 import struct
 import sys
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -688,7 +688,7 @@ class AnswerCache:
         """The connection closed: its kept registration answer goes with it."""
         self.renewals.pop(channel, None)
 
-    def replies_from_memory(self, frames: list[bytes], start: int, out: list[bytes], room: int = NO_LIMIT) -> int:
+    def replies_from_memory(self, frames: Sequence[bytes], start: int, out: list[bytes], room: int = NO_LIMIT) -> int:
         """Append the answers to ``frames[start:]`` that are repeated plain JSON route lookups to
         ``out``, in order, up to the first that is not, or until they reach ``room`` bytes (at
         least one): the index of the first frame not answered (``len(frames)``: all were).
@@ -801,7 +801,7 @@ def _rests_like(answers: TopicAnswers, variant: Hashable) -> int:
     return sum(1 for kept, _ in answers.rests if _zoned(kept) == zoned)
 
 
-def _splice_block(frames: list[bytes], index: int, n: int, at: int, length: int, prefix: bytes, rest: bytes,
+def _splice_block(frames: Sequence[bytes], index: int, n: int, at: int, length: int, prefix: bytes, rest: bytes,
                   out: list[bytes]) -> bool:
     """Answer the ``n`` frames from ``frames[index]`` at once when each is ``frames[index]`` but
     for its opaque's ``length`` digits at ``at`` (a client's pipelined lookups of one topic);

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -145,7 +145,7 @@ class Later:
     ``size``: the bytes of the frame being answered, held until it is."""
 
     answer: defer.Deferred[bytes | None]
-    rest: list[bytes]
+    rest: Sequence[bytes]
     size: int = 0
 
 
@@ -155,7 +155,7 @@ class Full:
     yet, to answer once those are written (a read of small requests must not become gigabytes of
     answers held for a peer that does not read them)."""
 
-    rest: list[bytes]
+    rest: Sequence[bytes]
 
 
 
@@ -227,7 +227,8 @@ class Dispatcher:
         self._heard_codes = None if codes is None or self._heard_codes is None else self._heard_codes | codes
 
     # -- frames in, frames out ------------------------------------------------------------------
-    def answer(self, frames: list[bytes], peer: Peer, out: list[bytes], room: int = NO_LIMIT) -> Later | Full | None:
+    def answer(self, frames: Sequence[bytes], peer: Peer, out: list[bytes],
+               room: int = NO_LIMIT) -> Later | Full | None:
         """Append the answers to ``frames`` (length prefixes stripped) to ``out``, in order;
         nothing for oneway requests and for responses to our own notifications.  A frame answered
         in steps stops there: its Later holds the frames after it.  Once the answers appended

@@ -14,7 +14,9 @@ The peer's host is interned as the connection is made: each accept gives its add
 its own ("127.0.0.1", 58 bytes), which the transport keeps (``client``, ``hostname``) for the
 connection's life, so thousands of connections from one host (the brokers of a machine, a
 client fleet behind one proxy) held as many copies; interned, they share one, the one the
-protocol keeps too (``RemotingProtocol.host``).
+protocol keeps too (``RemotingProtocol.host``). The address is kept as its parts, the host and
+the port (``client``, which ``getPeer`` reads, is made of them when read), not as the tuple the
+accept made, 64 bytes a connection more.
 
 After the connection is gone (``connectionLost`` deletes its ``protocol``) the prefix says ``-``
 where the protocol's name was, and the repr ``?``; the repr names the port it listens on now
@@ -39,6 +41,16 @@ class LeanServer(tcp.Server):
         if type(host) is str:
             client = (sys.intern(host), *client[1:])
         super().__init__(sock, protocol, client, server, sessionno, reactor)
+
+    @property
+    def client(self) -> tuple[Any, ...]:
+        """The peer's address as the accept gave it, which ``getPeer`` reads: its (interned) host,
+        its port and, IPv6's, its flow info and scope id."""
+        return (self.hostname, self._port, *self._rest)
+
+    @client.setter
+    def client(self, value: tuple[Any, ...]) -> None:
+        self._port, self._rest = value[1], value[2:]  # (an IPv4 peer's rest: the one empty tuple)
 
     @property  # type: ignore[override]
     def logstr(self) -> str:

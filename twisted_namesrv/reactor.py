@@ -146,8 +146,10 @@ class _Sets:
         self.clients.register(self.newcomers.fileno(), EPOLLIN)
         self.brokers_fd = self.brokers.fileno()
         self.newcomers_fd = self.newcomers.fileno()
-        #: the descriptors registered in the brokers' set, and in the newcomers'
-        self.in_brokers: set[int] = set()
+        #: the descriptors registered in the brokers' set (a dict's keys: every broker's connection
+        #: is one, and a set keeps a table four times its count, 512 KiB at 5,000 brokers against
+        #: the dict's 144), and in the newcomers'
+        self.in_brokers: dict[int, None] = {}
         self.in_newcomers: set[int] = set()
         #: the newcomers reported since they were last watched (their one report taken: see above)
         self.reported: set[int] = set()
@@ -174,7 +176,7 @@ class _Sets:
 
     def unregister(self, fd: int) -> None:
         self._set_of(fd).unregister(fd)
-        self.in_brokers.discard(fd)
+        self.in_brokers.pop(fd, None)
         self.in_newcomers.discard(fd)
         self.reported.discard(fd)
         self._emptied()
@@ -198,13 +200,13 @@ class _Sets:
         if not self.reported:
             self.reported = set()
         if not self.in_brokers:
-            self.in_brokers = set()
+            self.in_brokers = {}
 
     def to_brokers(self, fd: int, flags: int) -> None:
         """Watch ``fd`` (registered for ``flags``) in the brokers' set from now on."""
         self._leave(fd)
         self.brokers.register(fd, flags)
-        self.in_brokers.add(fd)
+        self.in_brokers[fd] = None
 
     def heard(self, fd: int, flags: int) -> None:
         """A newcomer was read: watch ``fd`` (registered for ``flags``) in the clients' set from now on."""
@@ -223,6 +225,17 @@ class _Sets:
         self.clients.close()
 
 
+class Descriptors(dict[int, None]):
+    """A set of descriptors as a dict's keys, for Twisted's EPollReactor (``_reads``, ``_writes``),
+    which tests ``fd in``, iterates and calls ``add`` and ``remove``: every connection is one of its
+    reads, and a set of n ints keeps a table of 4n slots below 50,000 (512 KiB at the curve's 6,000
+    connections), a dict one of 1.5n to 3n (288 KiB).  ``add`` and ``remove`` are the dict's own C
+    methods (``setdefault`` stores None), so the reactor's paths make no Python call more."""
+
+    add = dict.setdefault
+    remove = dict.pop
+
+
 if EPollReactor is not None:
     class NamesrvReactor(EPollReactor):  # type: ignore[misc,valid-type]
         """EPollReactor whose turn serves the clients' ready sockets first, then at most
@@ -233,6 +246,7 @@ if EPollReactor is not None:
             super().__init__()
             self._poller.close()
             self._poller = self._sets = _Sets()
+            self._reads, self._writes = Descriptors.fromkeys(self._reads), Descriptors.fromkeys(self._writes)
             for fd in self._reads | self._writes:  # what the base registered already: its waker
                 self._poller.register(fd, self._flags(fd))
 

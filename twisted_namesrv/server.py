@@ -15,7 +15,7 @@ import errno
 import itertools
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,8 +144,10 @@ class RemotingProtocol(protocol.Protocol):
         # these set here a connection is 185 bytes whatever the order (tracemalloc, 1,000
         # brokers; 243 with every attribute in slots).  The rest stay the class's defaults
         # above until a connection changes them.
-        #: frames received and not answered yet: behind ``answering``, or behind answers not yet read
-        self.waiting: list[bytes] = []
+        #: frames received and not answered yet: behind ``answering``, or behind answers not yet read;
+        #: replaced, never changed in place, so a connection with none holds the one empty tuple (an
+        #: empty list each was 0.4 MB of the scale curve's 6,000 connections)
+        self.waiting: Sequence[bytes] = ()
         #: the factory's IdleWatch, while the idle timeout is on
         self.idle: IdleWatch | None = None
         #: a frame of it was read: bytes refused after that are no other protocol's first words
@@ -189,7 +191,7 @@ class RemotingProtocol(protocol.Protocol):
         if self._in_answer:
             return  # the answering loop goes on by itself
         if self.answering is None and self.waiting:
-            waiting, self.waiting = self.waiting, []
+            waiting, self.waiting = self.waiting, ()
             self._answer(waiting)
         else:
             self._settle()
@@ -234,12 +236,12 @@ class RemotingProtocol(protocol.Protocol):
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
         if busy:
-            self.waiting += frames
+            self.waiting = [*self.waiting, *frames]
             self._settle()
         else:
             self._answer(frames)
 
-    def _answer(self, frames: list[bytes], replies: list[bytes] | None = None) -> None:
+    def _answer(self, frames: Sequence[bytes], replies: list[bytes] | None = None) -> None:
         """Answer ``frames`` in order after ``replies``, a write per ANSWER_ROOM of answers; one
         answered in steps holds the rest until it is sent, and answers the peer has not read hold
         the rest until it reads them."""
@@ -259,7 +261,7 @@ class RemotingProtocol(protocol.Protocol):
                     later, frames = outcome, outcome.rest
                     break
                 if outcome is None or self.dropped:
-                    frames = []
+                    frames = ()
                     break
                 frames, replies = outcome.rest, []  # Full: the answers so far filled the room
                 if self.writing_paused:
@@ -277,7 +279,7 @@ class RemotingProtocol(protocol.Protocol):
 
     def _answered_in_steps(self, reply: bytes | None) -> None:
         self.answering, self.answering_size = None, 0
-        waiting, self.waiting = self.waiting, []
+        waiting, self.waiting = self.waiting, ()
         self._answer(waiting, [] if reply is None else [reply])
 
     def _not_answered(self, failure: Failure) -> None:
@@ -346,7 +348,7 @@ class RemotingProtocol(protocol.Protocol):
 
     def _drop_pending(self) -> None:
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)  # drop the rest
-        self.waiting = []
+        self.waiting = ()
         if self.held:
             self.held = 0
             self.factory.budget.hold(self, 0)
@@ -361,7 +363,7 @@ class RemotingProtocol(protocol.Protocol):
                             "over receiveMemoryBudget ({budget_bytes})",
                             held=held, total=budget.held + held, budget_bytes=budget.limit)
         self.decoder = FrameDecoder(self.factory.max_frame_length, self.factory.max_header_length)
-        self.waiting = []
+        self.waiting = ()
         self.transport.abortConnection()
 
     def timeoutConnection(self) -> None:
@@ -374,7 +376,7 @@ class RemotingProtocol(protocol.Protocol):
         if self.idle is not None:
             self.idle.forget(self)
         self.dropped = True  # nothing more is held or answered
-        self.waiting = []
+        self.waiting = ()
         if self.held:
             self.held = 0
             self.factory.budget.hold(self, 0)

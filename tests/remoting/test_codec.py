@@ -374,6 +374,22 @@ class TestFrameDecoder:
         frames = [f for i in range(0, len(stream), 7) for f in decoder.feed(stream[i:i + 7])]
         assert frames == [ROUTE_REQUEST_JSON[4:]] * 3 and decoder.pending == b""
 
+    def test_a_buffer_is_held_only_while_a_frame_is_not_whole(self) -> None:
+        """One decoder a connection: none holds a buffer for reads of whole frames, one is made for
+        a frame left over and let go once the frame is cut."""
+        decoder = FrameDecoder()
+        assert decoder.feed(ROUTE_REQUEST_JSON * 2) == [ROUTE_REQUEST_JSON[4:]] * 2
+        assert decoder._buffer is None and decoder.empty and decoder.pending_memory == 0
+        assert decoder.feed(ROUTE_REQUEST_JSON + ROUTE_REQUEST_JSON[:9]) == [ROUTE_REQUEST_JSON[4:]]
+        assert decoder.pending == ROUTE_REQUEST_JSON[:9] and decoder.pending_memory > 0 and not decoder.empty
+        assert decoder.feed(ROUTE_REQUEST_JSON[9:] + ROUTE_REQUEST_JSON[:3]) == [ROUTE_REQUEST_JSON[4:]]
+        assert decoder.pending == ROUTE_REQUEST_JSON[:3]  # what is left of the read after the frame
+        assert decoder.feed(ROUTE_REQUEST_JSON[3:]) == [ROUTE_REQUEST_JSON[4:]]
+        assert decoder._buffer is None and decoder.pending == b""
+        frame = (1 << 18).to_bytes(4, "big") + (2).to_bytes(4, "big") + b"{}" + bytes((1 << 18) - 6)
+        assert decoder.feed(frame[:1 << 17]) == [] and decoder.pending == frame[:1 << 17]  # from ONE_COPY_FROM on
+        assert decoder.feed(frame[1 << 17:]) == [frame[4:]] and decoder._buffer is None
+
     def test_too_long_is_refused_before_it_arrives(self) -> None:
         with pytest.raises(RemotingDecodeError):
             FrameDecoder().feed((32 * 1024 * 1024).to_bytes(4, "big"))

@@ -191,6 +191,10 @@ class FrameDecoder:
     A negative length or one whose whole frame (prefix included) exceeds ``max_frame_length``
     raises ``RemotingDecodeError`` as soon as the length word arrives, and a header longer than
     ``max_header_length`` as soon as the header word does: the peer is broken.
+
+    One per connection, and most reads are whole frames: the buffer for a frame not yet whole is
+    made when a read leaves one over and let go once it is cut (an empty bytearray held by each of
+    the scale curve's 6,000 connections was 0.4 MB).
     """
 
     __slots__ = ("max_frame_length", "max_header_length", "_buffer")  # one per connection
@@ -198,12 +202,13 @@ class FrameDecoder:
     def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH, max_header_length: int | None = None) -> None:
         self.max_frame_length = max_frame_length
         self.max_header_length = max_header_length
-        self._buffer = bytearray()
+        #: the bytes of a frame not yet whole; None when none are held
+        self._buffer: bytearray | None = None
 
     @property
     def pending(self) -> bytes:
         """Bytes received that do not yet make a whole frame."""
-        return bytes(self._buffer)
+        return bytes(self._buffer or b"")
 
     @property
     def empty(self) -> bool:
@@ -222,15 +227,20 @@ class FrameDecoder:
         if not buffer and len(data) < ONE_COPY_FROM:  # the usual read: whole frames, nothing pending
             frames, used = cut_frames(data, self.max_frame_length, self.max_header_length)
             if used < len(data):
-                buffer += memoryview(data)[used:]
+                self._buffer = bytearray(memoryview(data)[used:])
             return frames
-        buffer += data
+        if buffer is None:
+            buffer = self._buffer = bytearray(data)
+        else:
+            buffer += data
         spans, used = frame_spans(buffer, self.max_frame_length, 0, self.max_header_length)
         if used < ONE_COPY_FROM:
             frames = [bytes(buffer[start:end]) for start, end in spans]
         else:  # through a view: one copy of each frame, not two (a registration is megabytes)
             with memoryview(buffer) as view:
                 frames = [bytes(view[start:end]) for start, end in spans]
-        if used:
+        if used == len(buffer):
+            self._buffer = None
+        elif used:
             del buffer[:used]
         return frames
