@@ -557,8 +557,10 @@ def test_a_registrations_digest_tells_its_fields_apart_whatever_they_hold():
 #: (``AnswerCache.renewal_from_memory`` through the connection's read), by the broker's generation:
 #: its key read where the broker's last one was, its CRC checked, the broker renewed, the answer
 #: spliced (195 and 213 while every heartbeat's key was looked for through its bytes: its opaque,
-#: its bodyCrc32, its body's stamp)
-RENEWAL_LINES = {"4.9.8": 171, "5.3.3": 192}
+#: its bodyCrc32, its body's stamp; 171 and 192 before the key took the split form, whose body is
+#: hashed as its first registration's split hashes it, so that key goes on from the split's SHA-1:
+#: a few lines more a heartbeat, about 3.4k instructions, for 20k fewer a first registration)
+RENEWAL_LINES = {"4.9.8": 176, "5.3.3": 200}
 
 
 @pytest.mark.parametrize("compat", ["4.9.8", "5.3.3"])
@@ -588,7 +590,7 @@ def test_a_heartbeat_of_the_same_length_is_read_where_the_last_one_was(tmp_path,
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque, version=409).encode()
     first = server.send(connection, frame(100))
     looked: list[str] = []
-    digits, span = answer_cache._DIGITS, answer_cache.mapping_version_span
+    digits, span, spans = answer_cache._DIGITS, answer_cache.mapping_version_span, answer_cache.version_spans
 
     class Digits:
         @staticmethod
@@ -599,8 +601,13 @@ def test_a_heartbeat_of_the_same_length_is_read_where_the_last_one_was(tmp_path,
     def mapping(body: Any) -> Any:
         looked.append("stamp")
         return span(body)
+
+    def versions(body: Any) -> Any:  # (read through: the body's versions, its stamp with them)
+        looked.append("stamp")
+        return spans(body)
     monkeypatch.setattr(answer_cache, "_DIGITS", Digits)
     monkeypatch.setattr(answer_cache, "mapping_version_span", mapping)
+    monkeypatch.setattr(answer_cache, "version_spans", versions)
     handled = handled_registrations(monkeypatch)
     assert server.send(connection, frame(101, 1000)) == first.replace(b'"opaque":100,', b'"opaque":101,')
     assert looked == (["stamp"] if mapped else [])
@@ -620,3 +627,52 @@ def test_a_heartbeat_of_the_same_length_is_read_where_the_last_one_was(tmp_path,
         assert (answer.code, answer.opaque, answer.ext, answer.body) == (0, 10_000, kept.ext, kept.body)
         assert handled == [10_000]
 
+
+
+@pytest.mark.parametrize("mapped_at", [None, 1_700_000_000_000])
+def test_a_first_registrations_key_going_on_from_its_split_is_the_key_read_through(mapped_at) -> None:
+    """The fused path's renewal key goes on from its body's split (``renewal_key_after_split``): it is
+    the key ``renewal_key_steps`` reads through the same frame, whatever its header's order, with or
+    without a bodyCrc32, and where the body's versions lie past its first kilobyte (read through then),
+    and a heartbeat read where it was gets it too; a heartbeat whose stamp, opaque or CRC alone changed
+    has the same key, one whose dataVersion or table changed another."""
+    from twisted_namesrv.bodies.register import split_small
+
+    def frame_of(body: bytes, crc: bool = True, opaque_first: bool = False, opaque: int = 7) -> bytes:
+        ext = {"brokerName": "g", "brokerAddr": "127.0.0.1:10911", "clusterName": "c", "brokerId": "0"}
+        if crc:
+            ext["bodyCrc32"] = str(crc32_masked(body))
+        fields = fastjson_dumps({"code": 103, "extFields": ext, "opaque": opaque, "version": 409})
+        if opaque_first:
+            fields = fastjson_dumps({"opaque": opaque, "code": 103, "extFields": ext, "version": 409})
+        return len(fields).to_bytes(4, "big") + fields + body
+
+    def fastjson_dumps(obj: dict[str, Any]) -> bytes:
+        import json
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    bodies = [body_of(["A"], mapped_at=mapped_at), body_of([f"T{i}" for i in range(40)], mapped_at=mapped_at)]
+    far = body_of(["A"], mapped_at=mapped_at).replace(b'"filterServerList":[]', b'"filterServerList":["%s"]'
+                                                       % (b"f" * 2000))
+    keys = set()
+    for body in [*bodies, far]:
+        for crc in (True, False):
+            for opaque_first in (False, True):
+                frame = frame_of(body, crc, opaque_first)
+                whole = split_small(frame[4 + int.from_bytes(frame[:4], "big"):])
+                assert whole is not None
+                read = answer_cache._renewal_key(frame)
+                assert read is not None and answer_cache.renewal_key_after_split(frame, whole) == read
+                again = frame_of(body, crc, opaque_first, opaque=8)
+                assert answer_cache._renewal_key(again, None, read.shape).digest == read.digest
+                keys.add(read.digest)
+    assert len(keys) == 3 * 4  # each body, with and without a CRC, in either order: a key of its own
+    if mapped_at is not None:  # a new stamp: the same registration
+        restamped = frame_of(body_of(["A"], mapped_at=mapped_at + 1), opaque=9)
+        first = answer_cache._renewal_key(frame_of(bodies[0], opaque=7))
+        assert first is not None and answer_cache._renewal_key(restamped, None, first.shape).digest == first.digest
+    first = answer_cache._renewal_key(frame_of(bodies[0]))
+    assert first is not None
+    for changed in (body_of(["A"], counter=2, mapped_at=mapped_at), body_of(["B"], mapped_at=mapped_at)):
+        key = answer_cache._renewal_key(frame_of(changed), None, first.shape)
+        assert key is None or key.digest != first.digest

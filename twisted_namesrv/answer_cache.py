@@ -66,7 +66,7 @@ from typing import Any
 
 import msgspec
 
-from .bodies.register import mapping_version_span
+from .bodies.register import VERSIONS_WITHIN, WHOLE_TAG, WholeSplit, mapping_version_span, version_spans
 from .bodies.route import topic_route_bean
 from .cluster_info import ClusterInfoPieces
 from .remoting import JSON_SERIALIZE, RemotingCommand, fastjson
@@ -226,12 +226,16 @@ _OPAQUE_AT = len(OPAQUE_KEY)
 _CRC_KEY = b'"bodyCrc32":"'
 _DIGITS = re.compile(rb"\d+")
 _MAX_INT32 = b"2147483647"
-#: a registration frame's shape as its key was read (``RenewalKey.shape``, 32 bytes): its length, where
+#: a registration frame's shape as its key was read (``RenewalKey.shape``, 40 bytes): its length, where
 #: its header ends, and the start and end of its opaque's digits, of its bodyCrc32's (none: an empty
-#: span at the header's end) and of its body's 5.x mappingDataVersion (none: one at the frame's end)
-_SHAPE = struct.Struct(">8i")
+#: span at the header's end), of its body's 5.x mappingDataVersion (none: one at the frame's end) and
+#: of its body's dataVersion object in a key of the split form (else -1, -1: ``renewal_key_steps``)
+_SHAPE = struct.Struct(">10i")
 #: what ``renewal_key_steps`` hashes first: the header's bytes hashed, and the stretches' lengths
 _LAYOUT = struct.Struct(">5i")
+#: what a key of the split form hashes last (``_split_tail``): the header's bytes hashed, the body's
+#: after its versions, its dataVersion's, and the header's three stretches' lengths
+_SPLIT_LAYOUT = struct.Struct(">6i")
 
 #: pipelined lookups in one read from which they are spliced as one block (_splice_block)
 BLOCK_FROM = 4
@@ -603,18 +607,19 @@ class AnswerCache:
                                   header_length - len(digits))
 
     def keep_first_renewal(self, frame: bytes, channel: Channel, opaque: int, version: int,
-                           renewal: Renewable) -> bytes:
+                           renewal: Renewable, whole: WholeSplit | None = None) -> bytes:
         """A master's answer to the plain JSON registration ``frame`` (processor.register_fused),
         spliced from its pieces: SUCCESS, extFields ``{}``, no body, the server's ``version``, as
         ``respond`` encodes it in Java's layout; kept for its renewal as ``keep_renewal`` keeps the
-        encoded one (the same pieces, the same checks), without looking the pieces up in it."""
+        encoded one (the same pieces, the same checks), without looking the pieces up in it.
+        ``whole``: its body's split (``split_small``), which its key goes on from."""
         head, rest = self._master_pieces(version)
         digits = b"%d" % opaque
         header_length = len(head) + len(digits) + len(rest)
         encoded = b"".join((_PREFIX.pack(4 + header_length, header_length), head, digits, rest))
         if not self._renewal_room(channel, encoded):
             return encoded
-        key = _renewal_key(frame)
+        key = _renewal_key(frame) if whole is None else renewal_key_after_split(frame, whole)
         if key is None or frame[key.at:key.at + key.digits] != digits:
             return encoded  # not as renewal_from_memory reads it: decoded every time
         self._keep_renewal_pieces(channel, frame, key, renewal, head, rest, header_length - len(digits), shared=True)
@@ -821,24 +826,33 @@ def renewal_key_steps(frame: bytes, crc_kept: int | None = None, shape: bytes = 
     its broker's last one: the SHA-1 of its bytes but three values, each found by its key, that
     differ between two registrations the routes apply alike: the opaque (every request's own),
     bodyCrc32 (checked against the body instead) and a 5.x body's mappingDataVersion (a new
-    timestamp in every one, read by nobody: bodies/register.py's mapping_version_span); the
-    stretches' lengths, and the header's bytes hashed, are hashed first.  None when it cannot be
-    read so (not JSON, a key twice, digits Java would read otherwise): it is then decoded; None
-    too, before any hashing, when its body has no mappingDataVersion and its bodyCrc32 is not
-    ``crc_kept`` (a big registration's kept one: KeptRenewal.crc), so a changed table of megabytes
-    is not hashed in vain.  A step hashes STEP_BYTES (about 0.25 ms of SHA-1).
+    timestamp in every one, read by nobody: bodies/register.py's mapping_version_span), with the
+    lengths of what it hashes.  None when it cannot be read so (not JSON, a key twice, digits Java
+    would read otherwise): it is then decoded; None too, before any hashing, when its body has no
+    mappingDataVersion and its bodyCrc32 is not ``crc_kept`` (a big registration's kept one:
+    KeptRenewal.crc), so a changed table of megabytes is not hashed in vain.  A step hashes
+    STEP_BYTES (about 0.25 ms of SHA-1).
+
+    Two forms, never one another's input (the split form begins with ``whole``, the other with the
+    header's length, a zero byte).  A frame of at most STEP_BYTES whose body has a dataVersion where
+    Java writes it (``version_spans``) is hashed as its registration's split hashes the body
+    (split_data_version's ``whole`` form: the body but its versions), then the dataVersion's text,
+    the header but the two values' digits, and the lengths last (``_split_tail``): the first
+    registration's key then goes on from its split's SHA-1 (``renewal_key_after_split``), the body
+    hashed once.  Any other is hashed as it lies but the three values, the lengths first.
 
     ``shape``: where the broker's last one was read (``RenewalKey.shape``).  A frame of its length
     (a heartbeat's opaque has as many digits as the last one's, but once in a power of ten) is read
     there, not looked through: its opaque's, bodyCrc32's and stamp's spans where they were, each
-    checked as the reading through checks it.  Its digest is the last one's only when every byte
-    but theirs is the same, and then the reading through finds each there again: neither key looked
-    for in the header can take in a byte of a span of digits (``"opaque":`` has no digit;
-    ``"bodyCrc32":"``'s are preceded by what precedes no span), and the body's stamp, the one span
-    whose reading looks into it, is read again.  A frame of that length whose spans moved gets
-    another digest: the usual way answers it."""
+    checked as the reading through checks it, and its dataVersion's there.  Its digest is the last
+    one's only when every byte but theirs is the same, and then the reading through finds each
+    there again: neither key looked for in the header can take in a byte of a span of digits
+    (``"opaque":`` has no digit; ``"bodyCrc32":"``'s are preceded by what precedes no span), the
+    dataVersion is hashed with the bytes around it, and the body's stamp, the one span whose
+    reading looks into it, is read again.  A frame of that length whose spans moved gets another
+    digest: the usual way answers it."""
     if shape and len(frame) == _SHAPE.unpack_from(shape)[0]:
-        size, end, at, stop, crc_at, crc_stop, mapping_at, mapping_stop = _SHAPE.unpack(shape)
+        size, end, at, stop, crc_at, crc_stop, mapping_at, mapping_stop, dv_at, dv_stop = _SHAPE.unpack(shape)
         if 4 + _LENGTH.unpack_from(frame)[0] != end or not _valid_digits(frame[at:stop]):
             return None
         crc = 0
@@ -851,29 +865,30 @@ def renewal_key_steps(frame: bytes, crc_kept: int | None = None, shape: bytes = 
                                           != (mapping_at - end, mapping_stop - end)):
             return None
     else:
-        size = len(frame)
-        end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
-        if frame[0] != JSON_SERIALIZE or end > size:
+        header = _header_spans(frame)
+        if header is None:
             return None
-        at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
-        digits = _DIGITS.match(frame, at, end) if at >= _OPAQUE_AT else None
-        if digits is None or frame.find(OPAQUE_KEY, at, end) >= 0 or not _valid_digits(digits.group()):
-            return None
-        stop, crc, crc_at, crc_stop = digits.end(), 0, end, end  # (no bodyCrc32: an empty span at the header's end)
-        at_crc = frame.find(_CRC_KEY, 4, end) + len(_CRC_KEY)
-        if at_crc >= len(_CRC_KEY):
-            close = frame.find(b'"', at_crc, end)
-            if close < 0 or frame.find(_CRC_KEY, close, end) >= 0 or not _valid_digits(frame[at_crc:close]):
-                return None
-            crc, crc_at, crc_stop = int(frame[at_crc:close]), at_crc, close
-        mapping = mapping_version_span(memoryview(frame)[end:])
-        mapping_at, mapping_stop = (size, size) if mapping is None else (end + mapping[0], end + mapping[1])
-        shape = _SHAPE.pack(size, end, at, stop, crc_at, crc_stop, mapping_at, mapping_stop)
+        size, end, at, stop, crc, crc_at, crc_stop = header
+        mapping_at = mapping_stop = size  # (none: an empty span at the frame's end)
+        dv_at = dv_stop = -1  # (not the split form)
+        spans = version_spans(memoryview(frame)[end:])
+        if spans is not None:
+            opening, closing, rest = spans
+            if rest > closing:
+                mapping_at, mapping_stop = end + closing, end + rest
+            if size <= STEP_BYTES:
+                dv_at, dv_stop = end + opening, end + closing
+        shape = _SHAPE.pack(size, end, at, stop, crc_at, crc_stop, mapping_at, mapping_stop, dv_at, dv_stop)
     if mapping_stop == mapping_at and crc_kept is not None and crc != crc_kept:
         return None
+    view = memoryview(frame)
+    if dv_at >= 0:  # the split form: the body as its split hashes it (WHOLE_TAG), then the rest, in one update
+        rest = mapping_stop if mapping_stop > mapping_at else dv_stop
+        digest = hashlib.sha1(b"".join((WHOLE_TAG % (dv_at - end), view[end:dv_at], view[rest:size],
+                                        *_split_tail(view, end, at, stop, crc_at, crc_stop, dv_at, dv_stop, rest))))
+        return RenewalKey(at, stop - at, crc, end, digest.digest(), rest == dv_stop, shape)
     (first, first_end), (second, second_end) = (((at, stop), (crc_at, crc_stop)) if at < crc_at
                                                  else ((crc_at, crc_stop), (at, stop)))
-    view = memoryview(frame)
     stretches = (view[4:first], view[first_end:second], view[second_end:mapping_at], view[mapping_stop:size])
     digest = hashlib.sha1()
     digest.update(_LAYOUT.pack(end - 4 - (stop - at) - (crc_stop - crc_at), *map(len, stretches)))
@@ -886,6 +901,61 @@ def renewal_key_steps(frame: bytes, crc_kept: int | None = None, shape: bytes = 
             else:
                 yield from _hashed_steps(digest, stretch)
     return RenewalKey(at, stop - at, crc, end, digest.digest(), mapping_stop == mapping_at, shape)
+
+
+def _header_spans(frame: bytes) -> tuple[int, int, int, int, int, int, int] | None:
+    """A registration frame's header looked through for its two values: the frame's size, where its
+    header ends, its opaque's digits (start, end), its bodyCrc32 as sent (0: none) and its digits'
+    span (none: an empty span at the header's end); None when not read so (``renewal_key_steps``)."""
+    size = len(frame)
+    end = 4 + _LENGTH.unpack_from(frame)[0]  # (a JSON header's type byte is 0)
+    if frame[0] != JSON_SERIALIZE or end > size:
+        return None
+    at = frame.find(OPAQUE_KEY, 4, end) + _OPAQUE_AT
+    digits = _DIGITS.match(frame, at, end) if at >= _OPAQUE_AT else None
+    if digits is None or frame.find(OPAQUE_KEY, at, end) >= 0 or not _valid_digits(digits.group()):
+        return None
+    stop, crc, crc_at, crc_stop = digits.end(), 0, end, end
+    at_crc = frame.find(_CRC_KEY, 4, end) + len(_CRC_KEY)
+    if at_crc >= len(_CRC_KEY):
+        close = frame.find(b'"', at_crc, end)
+        if close < 0 or frame.find(_CRC_KEY, close, end) >= 0 or not _valid_digits(frame[at_crc:close]):
+            return None
+        crc, crc_at, crc_stop = int(frame[at_crc:close]), at_crc, close
+    return size, end, at, stop, crc, crc_at, crc_stop
+
+
+def _split_tail(view: memoryview, end: int, at: int, stop: int, crc_at: int, crc_stop: int, dv_at: int,
+                dv_stop: int, rest: int) -> tuple[memoryview | bytes, ...]:
+    """What a key of the split form hashes after the body but its versions (``renewal_key_steps``):
+    the dataVersion's text, the header but its opaque's and bodyCrc32's digits, and last the
+    lengths of all it joined (read from the end, they tell every piece apart); ``rest``: where the
+    body goes on after its versions."""
+    (first, first_end), (second, second_end) = (((at, stop), (crc_at, crc_stop)) if at < crc_at
+                                                 else ((crc_at, crc_stop), (at, stop)))
+    return (view[dv_at:dv_stop], view[4:first], view[first_end:second], view[second_end:end],
+            _SPLIT_LAYOUT.pack(end - 4 - (stop - at) - (crc_stop - crc_at), len(view) - rest, dv_stop - dv_at,
+                               first - 4, second - first_end, end - second_end))
+
+
+def renewal_key_after_split(frame: bytes, whole: WholeSplit) -> RenewalKey | None:
+    """``renewal_key_steps(frame)`` of a registration whose body (the frame after its header) was
+    split as ``whole`` (bodies/register.py's ``split_small``: processor.register_fused): the same
+    key, going on from a copy of the split's SHA-1, so the body is hashed once for both, where the
+    split found its versions where the key reads them (``version_spans``: the body's first
+    kilobyte) and the frame takes the split form; else read through."""
+    header = _header_spans(frame)
+    if header is None:
+        return None
+    size, end, at, stop, crc, crc_at, crc_stop = header
+    if size > STEP_BYTES or whole.rest > VERSIONS_WITHIN:
+        return _renewal_key(frame)
+    dv_at, dv_stop, rest = end + whole.opening, end + whole.end, end + whole.rest
+    mapping_at, mapping_stop = (dv_stop, rest) if rest > dv_stop else (size, size)
+    shape = _SHAPE.pack(size, end, at, stop, crc_at, crc_stop, mapping_at, mapping_stop, dv_at, dv_stop)
+    digest = whole.hashed.copy()
+    digest.update(b"".join(_split_tail(memoryview(frame), end, at, stop, crc_at, crc_stop, dv_at, dv_stop, rest)))
+    return RenewalKey(at, stop - at, crc, end, digest.digest(), rest == dv_stop, shape)
 
 
 def _hashed_steps(digest: Any, data: memoryview) -> Steps[None]:

@@ -23,11 +23,13 @@ from . import properties
 from .apart import Behind, NoRoom
 from .audit import clipped
 from .bodies.register import (
+    HASHED_PIECE,
     RegisterBodyError,
     RegisterBrokerBody,
     RegistrationRefused,
     decode_register_body_steps,
     split_data_version,
+    split_small,
 )
 from .bodies.register_header import RegisterBrokerHeader
 from .bodies.route import (
@@ -354,7 +356,10 @@ def _fused_steps(state: NamesrvState, frame: bytes, peer: Peer, header: Register
     none), so each part's result comes back through ``yield from``, not a StopIteration caught."""
     config, routes, channel = state.config.values, state.routes, peer.channel
     try:
-        split = yield from split_data_version(body)
+        whole = split_small(body)  # (small: at once, with its SHA-1, which its renewal key goes on from)
+        split = whole.split if whole is not None else None
+        if whole is None and len(body) > HASHED_PIECE:
+            split = yield from split_data_version(body)
         digest = yield from registration_digest(state.config.revision, version, ext, body, split)
         decoded = yield from decode_register_body_steps(body, False, version, config["inflateMaxLength"], (), None,
                                                         state.budget, config["maxTopicsPerBroker"], split)
@@ -386,7 +391,7 @@ def _fused_steps(state: NamesrvState, frame: bytes, peer: Peer, header: Register
         answer = Answer(registration_answer(state, request, result))
         answer.renewal = renewal
         return Fused(request, answer)
-    return state.answers.keep_first_renewal(frame, channel, opaque, profile.mq_version, renewal)
+    return state.answers.keep_first_renewal(frame, channel, opaque, profile.mq_version, renewal, whole)
 
 
 def renewable_answer(state: NamesrvState, request: RemotingCommand, header: RegisterBrokerHeader,

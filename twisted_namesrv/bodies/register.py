@@ -468,22 +468,14 @@ def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
     lengths it joins, so no two bodies give one digest unless they are the same bytes, and the
     same bytes give the same digest as a view or as bytes."""
     head = body if isinstance(body, bytes) else bytes(body[:_VIEW_HEAD])
-    start = head.find(_DATA_VERSION_KEY)
-    if start < 0:
+    found = _found_versions(head, head is not body)
+    if found is None:
         return None
-    opening = start + len(_DATA_VERSION_KEY) - 1
-    end = head.find(b"}", opening) + 1
-    if head is not body and not (start < _VERSIONS_WITHIN and 0 < end <= 2 * _VERSIONS_WITHIN):
-        return None  # not where Java writes them: only a copy of the whole body would tell
-    fields = _flat_data_version(head[opening:end]) if end else None
-    if fields is None:
-        return None
+    opening, end, fields, rest = found
     view = memoryview(body)
-    rest = end if (mapping := _mapping_version_end(head, end)) is None else mapping
     table = head.find(_TABLE_KEY, rest, _VIEW_HEAD) + len(_TABLE_KEY) if len(body) > HASHED_PIECE else -1
     if table < len(_TABLE_KEY):  # a small body, or a table not where Java writes it: hashed whole
-        digest = hashlib.sha1(b"whole %d " % opening)
-        digest.update(view[:opening])
+        digest = _hashed_before(view, opening)
         yield from _hash_steps(digest, view[rest:])
         return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest())
     digest = hashlib.sha1(b"pieces %d %d " % (opening, table - rest))
@@ -491,6 +483,71 @@ def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
     digest.update(view[rest:table])
     pieces = yield from _hash_pieces(digest, view, table)
     return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest(), pieces)
+
+
+def _found_versions(head: bytes, in_view: bool = False) -> tuple[int, int, dict[str, int], int] | None:
+    """The first ``"dataVersion":{...}`` of ``head`` when it is a flat DataVersion: where its object
+    starts and ends, its fields, and where the rest of the body begins (after 5.x's mappingDataVersion
+    when that comes right after it); ``in_view``: ``head`` is a view's first bytes, where it must lie
+    where Java writes it (None otherwise: only a copy of the whole body would tell)."""
+    start = head.find(_DATA_VERSION_KEY)
+    if start < 0:
+        return None
+    opening = start + len(_DATA_VERSION_KEY) - 1
+    end = head.find(b"}", opening) + 1
+    if in_view and not (start < VERSIONS_WITHIN and 0 < end <= 2 * VERSIONS_WITHIN):
+        return None
+    fields = _flat_data_version(head[opening:end]) if end else None
+    if fields is None:
+        return None
+    return opening, end, fields, end if (mapping := _mapping_version_end(head, end)) is None else mapping
+
+
+#: the tag a small body's digest begins with (its dataVersion's start: ``_hashed_before``)
+WHOLE_TAG = b"whole %d "
+
+
+def _hashed_before(view: memoryview, opening: int) -> Any:
+    """A small body's digest (the ``whole`` form) as far as its dataVersion: the tag, then its bytes
+    before it; the rest of the body after its versions follows."""
+    digest = hashlib.sha1(WHOLE_TAG % opening)
+    digest.update(view[:opening])
+    return digest
+
+
+def whole_hash(body: memoryview, opening: int, rest: int) -> Any:
+    """The SHA-1 a small body's digest is taken from (``split_data_version``'s ``whole`` form): the
+    tag, the body before its dataVersion (at ``opening``) and after its versions (from ``rest``);
+    the broker's renewal key hashes these first too (answer_cache.renewal_key_steps)."""
+    digest = _hashed_before(body, opening)
+    digest.update(body[rest:])
+    return digest
+
+
+class WholeSplit(NamedTuple):
+    """A small body's VersionSplit with what its digest was made of (``split_small``): the SHA-1
+    it was taken from (the tag, the body but its versions), where its dataVersion starts and ends,
+    and where the rest begins (after a 5.x mappingDataVersion)."""
+
+    split: VersionSplit
+    hashed: Any
+    opening: int
+    end: int
+    rest: int
+
+
+def split_small(body: bytes) -> WholeSplit | None:
+    """``split_data_version`` of a body of at most HASHED_PIECE bytes, at once (no steps: it takes
+    none), with the SHA-1 its digest was taken from, which the broker's renewal key goes on from
+    (answer_cache.renewal_key_after_split: the body is hashed once for both; processor.register_fused);
+    None where split_data_version answers None."""
+    found = _found_versions(body) if len(body) <= HASHED_PIECE else None
+    if found is None:
+        return None
+    opening, end, fields, rest = found
+    digest = whole_hash(memoryview(body), opening, rest)
+    return WholeSplit(VersionSplit(DataVersion.from_json(fields), body[opening:end], digest.digest()), digest,
+                      opening, end, rest)
 
 
 #: the pieces split_data_version hashes a big table in, each on its own, cut as the decoder cuts
@@ -551,7 +608,7 @@ def _flat_data_version(text: bytes) -> dict[str, int] | None:
 
 _MAPPING_VERSION_KEY = b',"mappingDataVersion":{'
 #: where the wrapper's versions lie: Java writes them first (a body's first few hundred bytes)
-_VERSIONS_WITHIN = 1024
+VERSIONS_WITHIN = 1024
 
 
 def _mapping_version_end(body: bytes, at: int) -> int | None:
@@ -560,7 +617,7 @@ def _mapping_version_end(body: bytes, at: int) -> int | None:
     if not body.startswith(_MAPPING_VERSION_KEY, at):
         return None
     opening = at + len(_MAPPING_VERSION_KEY) - 1
-    close = body.find(b"}", opening, opening + _VERSIONS_WITHIN) + 1
+    close = body.find(b"}", opening, opening + VERSIONS_WITHIN) + 1
     return close if close and _flat_data_version(body[opening:close]) is not None else None
 
 
@@ -570,11 +627,23 @@ def mapping_version_span(body: bytes | memoryview) -> tuple[int, int] | None:
     it (Java's RouteInfoManager neither), so a registration sent again is the same one without it.
     Only where Java writes it, right after the first ``"dataVersion":{...}``, and only a flat
     DataVersion (int fields), which any decoding of the body reads alike whatever its values."""
-    head = bytes(body[:_VERSIONS_WITHIN])
+    spans = version_spans(body)
+    return None if spans is None or spans[2] == spans[1] else (spans[1], spans[2])
+
+
+def version_spans(body: bytes | memoryview) -> tuple[int, int, int] | None:
+    """Where the wrapper's versions lie in a JSON body's first kilobyte (where Java writes them):
+    the first ``"dataVersion":{...}``'s object (start, end) and the end of the flat mappingDataVersion
+    right after it (``mapping_version_span``; the dataVersion's end when there is none); None without
+    a dataVersion there.  The dataVersion is not read: a registration's renewal key hashes its text
+    (answer_cache.renewal_key_steps)."""
+    head = bytes(body[:VERSIONS_WITHIN])
     start = head.find(_DATA_VERSION_KEY)
     end = head.find(b"}", start) + 1 if start >= 0 else 0
-    close = _mapping_version_end(head, end) if end else None
-    return None if close is None else (end, close)
+    if not end:
+        return None
+    close = _mapping_version_end(head, end)
+    return start + len(_DATA_VERSION_KEY) - 1, end, end if close is None else close
 
 
 def _hash_steps(digest: Any, data: memoryview) -> Steps[None]:
