@@ -57,7 +57,36 @@ def test_stages_side_by_side_count_their_idle_once(bench):
 
 def test_no_tasks_no_stages(bench):
     assert bench.stage_idle([{"Event": "SparkListenerJobEnd"}], cores=2) == {
-        "stages": [], "idle_core_s": 0, "last_stage_s": 0.0}
+        "stages": [], "idle_core_s": 0, "last_stage_s": 0.0, "stages_s": 0.0}
+
+
+def test_each_task_s_span_and_the_time_some_stage_ran(bench):
+    """Each stage's tasks' spans in launch order; the time some stage ran counts two stages side by
+    side once and the driver's gap between two jobs not at all: the rest of a run is the driver's."""
+    events = [{"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [1]},
+              {"Event": "SparkListenerJobStart", "Job ID": 2, "Stage IDs": [2, 3]},
+              _task_end(1, 100, 1_100), _task_end(1, 100, 900),  # the reading job
+              _task_end(2, 1_300, 2_300), _task_end(3, 1_500, 2_600), _task_end(3, 2_300, 2_400)]
+    found = bench.stage_idle(events, cores=2)
+    assert [s["task_s"] for s in found["stages"]] == [[0.8, 1.0], [1.0], [1.1, 0.1]]
+    assert found["stages_s"] == 1.0 + 1.3  # 0.1-1.1 s, then 1.3-2.6 s; the driver's 0.2 s between
+
+
+def test_a_round_s_share_split_into_what_the_driver_and_idle_cores_cost(bench):
+    """The share points a round lost, from its own runs against its own probe: had neither run the
+    driver's time outside the stages, had the two-core run no idle core within its stages, and what
+    is left below 1; the driver's seconds as a share of the two-core run."""
+    one = {"job_s": 4.0, "outside_stages_s": 0.3, "idle_core_s": 0.0}
+    two = {"job_s": 2.4, "outside_stages_s": 0.3, "idle_core_s": 0.2}
+    lost = bench.share_lost(one, two, scaling=2.0)
+    share, no_driver, no_idle = 4.0 / 2.4 / 2, 3.7 / 2.1 / 2, 4.0 / 2.3 / 2
+    assert lost == {"share": round(share, 3), "driver": round(no_driver - share, 3),
+                    "idle": round(no_idle - share, 3), "rest": round(1 - no_driver - (no_idle - share), 3),
+                    "driver_of_job": 0.125}
+    assert lost["share"] + lost["driver"] + lost["idle"] + lost["rest"] == pytest.approx(1, abs=0.002)
+    whole = bench.share_lost({**one, "outside_stages_s": 0.0}, {**two, "outside_stages_s": 0.0, "idle_core_s": 0.0},
+                             scaling=4.0 / 2.4)
+    assert (whole["share"], whole["driver"], whole["idle"], whole["rest"]) == (1.0, 0.0, 0.0, 0.0)
 
 
 def test_event_log_read_as_it_grows_whole_lines_only(bench, tmp_path):

@@ -34,11 +34,16 @@ within a minute of each other) and their median, and the same of the medians; "f
 "scaling_first".
 "stages": from Spark's event log, each stage of a job, in order: its tasks, its span from the first
 task's launch to the last task's end, and the core-seconds its cores sat idle within that span
-(span x cores - the tasks' time), and what its tasks' JVM side spent and moved (their task
-threads' CPU, deserializing the tasks, garbage collection, shuffle and result bytes); "idle_core_s"
-the same within each job's span, summed over the jobs (stages that run side by side counted once),
-"last_stage_s" the last stage's span (the liveness stage: one task per NameServer, which the other
-cores wait for).
+(span x cores - the tasks' time), each task's span in launch order ("task_s"), and what its tasks'
+JVM side spent and moved (their task threads' CPU, deserializing the tasks, garbage collection,
+shuffle and result bytes); "idle_core_s" the same within each job's span, summed over the jobs
+(stages that run side by side counted once), "last_stage_s" the last stage's span (the liveness
+stage: one task per NameServer, which the other cores wait for); "stages_s" the time some stage
+ran, and "outside_stages_s" the rest of the job: the driver's own (before the first job, between
+the jobs, after the last), every core waiting.
+"share_lost": per round, where the share went, from that round's runs and probe (share_lost): the
+share points the driver's time outside the stages cost, those the two-core run's idle cores within
+its stages cost, the rest below 1, and the driver's seconds as a share of the two-core run.
 """
 
 from __future__ import annotations
@@ -121,6 +126,7 @@ def serve_runs(master: str, capture: Path, conf: list[str]) -> None:
                     ended = time.monotonic()
                     result = {"job_s": ended - started, "decode_s": marks[2] - marks[0], "tail_s": ended - marks[2]}
                 result |= stage_idle(log.new_events(), cores)
+                result["outside_stages_s"] = round(max(0.0, result["job_s"] - result["stages_s"]), 3)
                 print(f"  {master}: {result}", file=sys.stderr)
                 print(json.dumps(result), flush=True)
         finally:
@@ -189,10 +195,43 @@ def stage_idle(events: list[dict], cores: int) -> dict:
     for stage, times in tasks.items():
         by_job.setdefault(job_of.get(stage), []).extend(times)
     stages = [{"tasks": len(times), "span_s": _span(times), "idle_core_s": _idle(times, cores),
+               "task_s": [round((end - start) / 1000, 3) for start, end in sorted(times)],
                **{name: round(value, 3) for name, value in sorted(metrics.get(stage, Counter()).items()) if value}}
               for stage, times in sorted(tasks.items(), key=lambda item: min(item[1]))]
     return {"stages": stages, "idle_core_s": round(sum(_idle(times, cores) for times in by_job.values()), 3),
-            "last_stage_s": stages[-1]["span_s"] if stages else 0.0}
+            "last_stage_s": stages[-1]["span_s"] if stages else 0.0,
+            "stages_s": _covered([(min(start for start, _ in times), max(end for _, end in times))
+                                  for times in tasks.values()])}
+
+
+def _covered(spans: list[tuple[int, int]]) -> float:
+    """Seconds within any of the spans (ms), each moment once: the time some stage was running,
+    from its first task's launch to its last task's end; the rest of a run is the driver's own
+    (before the first job, between the jobs, after the last), every core waiting for it."""
+    covered, reached = 0, None
+    for start, end in sorted(spans):
+        if reached is not None and start < reached:
+            start = reached
+        if end > start:
+            covered += end - start
+        reached = end if reached is None else max(reached, end)
+    return round(covered / 1000, 3)
+
+
+def share_lost(one: dict, two: dict, scaling: float, cores: int = 2) -> dict:
+    """Where one round's share (the two-core run's speedup over the one-core run's, over the probe's
+    ``scaling`` in the same round) went, from the two runs' own figures: ``driver`` the share points
+    the driver's time outside the stages cost (the share had neither run spent it: ``outside_stages_s``,
+    which a second core does not shorten), ``idle`` those the two-core run's cores idle within its
+    stages cost (its ``idle_core_s`` over the cores: a straggler, a stage boundary), ``rest`` what
+    is left below 1 (the stages' work scaling worse than the probe's: more tasks' fixed costs, the
+    JVM's share of the cores). The driver's seconds also as a share of the two-core run's wall."""
+    share = one["job_s"] / two["job_s"] / scaling
+    no_driver = (one["job_s"] - one["outside_stages_s"]) / (two["job_s"] - two["outside_stages_s"]) / scaling
+    no_idle = one["job_s"] / (two["job_s"] - two["idle_core_s"] / cores) / scaling
+    return {"share": round(share, 3), "driver": round(no_driver - share, 3), "idle": round(no_idle - share, 3),
+            "rest": round(1 - no_driver - (no_idle - share), 3),
+            "driver_of_job": round(two["outside_stages_s"] / two["job_s"], 3)}
 
 
 def _task_metrics(metrics: dict) -> dict[str, float]:
@@ -435,6 +474,8 @@ def measure(args: argparse.Namespace) -> dict:
         figures["speedup_of_probe"] = {"median": statistics.median(shares), "rounds": shares, "first_rounds": firsts,
                                        "of_medians": figures["speedup_job"] / figures["two_core_probe"]["scaling"][
                                            "median"]}
+        figures["share_lost"] = [share_lost(a, b, r["scaling"], local_cores(args.masters[1]))
+                                 for a, b, r in zip(one, two, probed, strict=True)]
     figures["load_after"] = os.getloadavg()
     return figures
 
