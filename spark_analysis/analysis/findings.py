@@ -222,8 +222,14 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                          None if fact.link_type in LINK_TYPES_READ else LINK_NOT_READ),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
-                     "compression": fact.compression, "reason": fact.reason, **_unread_records_row(fact)})
+                     "compression": fact.compression, "reason": fact.reason or _no_byte(file, fact),
+                     **_unread_records_row(fact)})
     return rows
+
+
+def _no_byte(file: inputs.CaptureFile, fact: inputs.FileFacts) -> str | None:
+    """Why a file of no byte holds nothing (inputs.NO_BYTE); None for any other."""
+    return inputs.NO_BYTE if not file.size and not fact.records else None
 
 
 def _unread_records_row(fact: inputs.FileFacts) -> Item:

@@ -114,6 +114,9 @@ _RECORDS_PAST_STOP = 4
 NOT_A_CAPTURE, EMPTY, TRUNCATED = "not a capture", "empty", "truncated"
 #: an EMPTY compressed file's reason: it inflates to nothing (gzip of no bytes), no capture header
 NOTHING_INFLATED = "it inflates to no byte, not even a capture header"
+#: an EMPTY file's reason where it has no byte at all: what a capture stopped before its first write leaves
+NO_BYTE = ("no byte, not even a capture header: its capture had written nothing to it when it stopped (tcpdump -w "
+           "writes 4 KiB at a time: one killed loses what it had not written) or is writing it still")
 #: a compressed capture its task could not inflate into the spool directory (FileFacts.reason says why)
 NOT_INFLATED = "not inflated"
 #: a pcapng whose packets some are dated where no date is (pcapng.DATED): FileFacts.reason says how many

@@ -540,6 +540,10 @@ def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Pat
     read.note_file(str(zipped), records=3)
     rows = findings.input_files([listed, nothing, CaptureFile(str(zipped), 1, 1)], read)
     assert [findings.may_be_still_written(row) for row in rows] == [True, True, False]
+    # in summary.json and the page too, not only on the console: why a file of no byte holds nothing (the
+    # last file of a tcpdump -G rotation killed before its first 4 KiB were written said only "empty")
+    assert findings.problem_text(rows[1]) == f"empty: {inputs.NO_BYTE}"
+    assert [row["reason"] for row in rows] == [None, inputs.NO_BYTE, None]
 
 
 def test_a_capture_dating_a_packet_where_no_date_is_says_so_and_is_read(tmp_path: Path) -> None:
