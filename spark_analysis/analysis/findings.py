@@ -222,8 +222,32 @@ def input_files(files: list[inputs.CaptureFile], read: inputs.ReadTally) -> list
                          None if fact.link_type in LINK_TYPES_READ else LINK_NOT_READ),
                      "trailing_bytes": fact.trailing_bytes, "cut_records": fact.cut_records,
                      "uncaptured_bytes": fact.uncaptured_bytes, "cut_at": fact.cut_at or None,
-                     "compression": fact.compression, "reason": fact.reason, **_unread_records_row(fact)})
+                     "compression": fact.compression, "reason": fact.reason or _no_byte(file, fact),
+                     **_unread_records_row(fact), **_snap_lengths_row(fact)})
     return rows
+
+
+def _snap_lengths_row(fact: inputs.FileFacts) -> Item:
+    """``cut_shortest`` of a file whose records were cut at different lengths (a pcapng's interfaces
+    with their own snap lengths): only there, so that every other file's row is as it was."""
+    return {"cut_shortest": fact.cut_shortest} if fact.cut_shortest and fact.cut_shortest != fact.cut_at else {}
+
+
+def cut_at_text(f: Item) -> str:
+    """Where a file's packets were cut, said: its snap length, or the range of its interfaces' ones."""
+    if not f.get("cut_shortest"):
+        return f"packets cut at {f['cut_at']:,} bytes (the snap length)"
+    return (f"packets cut at {f['cut_shortest']:,} to {f['cut_at']:,} bytes (its interfaces' snap lengths; of a "
+            f"packet captured on several, the copy that kept most is read)")
+
+
+def _shortest(f: Item) -> Item:
+    return {"cut_shortest": f["cut_shortest"]} if f.get("cut_shortest") else {}
+
+
+def _no_byte(file: inputs.CaptureFile, fact: inputs.FileFacts) -> str | None:
+    """Why a file of no byte holds nothing (inputs.NO_BYTE); None for any other."""
+    return inputs.NO_BYTE if not file.size and not fact.records else None
 
 
 def _unread_records_row(fact: inputs.FileFacts) -> Item:
@@ -580,23 +604,25 @@ def _cut_findings(files: list[Item], counts: dict[str, int], endpoints: list[Ite
     frames = counts.get("cut_frames", 0)
     for f in cut:
         if f.get("cut_read_elsewhere"):
-            yield _finding("cut_read_elsewhere", INFO, f"{clipped_name(f['path'])}: packets cut at {f['cut_at']:,} "
-                           f"bytes (the snap length): {f['cut_records']:,} of {f['records']:,} packets, "
+            yield _finding("cut_read_elsewhere", INFO, f"{clipped_name(f['path'])}: {cut_at_text(f)}: "
+                           f"{f['cut_records']:,} of {f['records']:,} packets, "
                            f"{f['uncaptured_bytes']:,} bytes not captured; every connection they belong to was read "
                            f"from another capture "
                            f"point's copy that kept more of it (same_traffic_twice): nothing read from this file "
                            f"is cut",
-                           path=f["path"], cut_at=f["cut_at"], packets=f["cut_records"], records=f["records"],
+                           path=f["path"], cut_at=f["cut_at"], **_shortest(f), packets=f["cut_records"],
+                           records=f["records"],
                            uncaptured_bytes=f["uncaptured_bytes"])
             continue
-        yield _finding("capture_cut", WARNING, f"{clipped_name(f['path'])}: packets cut at {f['cut_at']:,} bytes "
-                       f"(the snap length): {f['cut_records']:,} of {f['records']:,} packets, "
+        yield _finding("capture_cut", WARNING, f"{clipped_name(f['path'])}: {cut_at_text(f)}: "
+                       f"{f['cut_records']:,} of {f['records']:,} packets, "
                        f"{f['uncaptured_bytes']:,} bytes not captured (seen, not kept: no loss); {frames:,} frames "
                        f"in all partly read: their length, "
                        f"code, opaque "
                        f"and header fields where captured, their bodies not (topic counts, CRC checks, broker "
                        f"addresses cut, and answers whose opaque was cut are unknown, never guessed)",
-                       path=f["path"], cut_at=f["cut_at"], packets=f["cut_records"], records=f["records"],
+                       path=f["path"], cut_at=f["cut_at"], **_shortest(f), packets=f["cut_records"],
+                       records=f["records"],
                        uncaptured_bytes=f["uncaptured_bytes"], cut_frames=frames,
                        stream_bytes_not_captured=counts.get("uncaptured_bytes", 0),
                        unplaced_bytes=counts.get("unplaced_bytes", 0))

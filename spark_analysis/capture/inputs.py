@@ -114,6 +114,9 @@ _RECORDS_PAST_STOP = 4
 NOT_A_CAPTURE, EMPTY, TRUNCATED = "not a capture", "empty", "truncated"
 #: an EMPTY compressed file's reason: it inflates to nothing (gzip of no bytes), no capture header
 NOTHING_INFLATED = "it inflates to no byte, not even a capture header"
+#: an EMPTY file's reason where it has no byte at all: what a capture stopped before its first write leaves
+NO_BYTE = ("no byte, not even a capture header: its capture had written nothing to it when it stopped (tcpdump -w "
+           "writes 4 KiB at a time: one killed loses what it had not written) or is writing it still")
 #: a compressed capture its task could not inflate into the spool directory (FileFacts.reason says why)
 NOT_INFLATED = "not inflated"
 #: a pcapng whose packets some are dated where no date is (pcapng.DATED): FileFacts.reason says how many
@@ -858,7 +861,8 @@ def _note_span(tally: ReadTally, file: CaptureFile, records: RecordIndex) -> np.
                     last=float(records.ts.max()), link_type=link_type, unread_records=unread,
                     unread_link_type=unread_type, cut_records=int(cut.sum()),
                     uncaptured_bytes=int((records.orig_len[cut] - records.length[cut]).sum()),
-                    cut_at=int(records.length[cut].max()) if cut.any() else 0, spans=(span,))
+                    cut_at=int(records.length[cut].max()) if cut.any() else 0, spans=(span,),
+                    cut_shortest=int(records.length[cut].min()) if cut.any() else 0)
     return np.array([int(records.start[0]), *(silence.offset for silence in span.silences)], np.int64)
 
 
@@ -984,6 +988,9 @@ class FileFacts(NamedTuple):
     #: that link type (the first of them met)
     unread_records: int = 0
     unread_link_type: int | None = None
+    #: the shortest of the records a snap length cut, as captured: below ``cut_at`` where a pcapng's
+    #: interfaces had different snap lengths (dumpcap -i lo -s 256 -i any -s 96)
+    cut_shortest: int = 0
 
 
 #: the metadata of a tally field that summary.json counts (model/tally.py: Tally.counts)
@@ -1009,7 +1016,7 @@ class ReadTally:
                   cut_records: int = 0, uncaptured_bytes: int = 0, cut_at: int = 0,
                   compression: str | None = None, reason: str | None = None, spans: tuple[TimeSpan, ...] = (),
                   dropped: int = 0, received: int | None = None, unread_records: int = 0,
-                  unread_link_type: int | None = None) -> None:
+                  unread_link_type: int | None = None, cut_shortest: int = 0) -> None:
         """Merge facts about a file (several tasks read ranges of one file); its first problem stays,
         and its first link type that is read (a range whose records are all of another interface's
         does not make the file unread)."""
@@ -1025,7 +1032,8 @@ class ReadTally:
             old.reason or reason, old.spans + spans, old.dropped + dropped,
             received if old.received is None else old.received + (received or 0),
             old.unread_records + unread_records,
-            old.unread_link_type if old.unread_link_type is not None else unread_link_type)
+            old.unread_link_type if old.unread_link_type is not None else unread_link_type,
+            min((n for n in (old.cut_shortest, cut_shortest) if n), default=0))
 
 
 def _note_records(tally: ReadTally, path: str, data: Buffer, records: RecordIndex, start: int, stop: int) -> None:

@@ -527,8 +527,9 @@ class _Reassembler:
     says, when that is before its first segment captured: segments arriving out of order as the
     capture began (a later one captured first) are the stream's, not retransmissions. Until then
     its segments are held (``provisional``, at most _HELD_AT_START), and until its start has
-    settled (``watching``) the span of each SACK block its receiver sends is noted: bytes it had
-    then, out of order, that no captured segment carried arrived before the capture (Direction.unseen).
+    settled (``watching``) the span of each SACK block its receiver sends is noted, and the bytes
+    before its first acknowledgment captured when segments came before it: bytes it had then, out of
+    order, that no captured segment carried arrived before the capture (Direction.unseen).
     """
 
     def __init__(self, out: Direction) -> None:
@@ -543,8 +544,10 @@ class _Reassembler:
         self.watching = True
         #: (ts, seq, payload, missing) of the segments before the first one captured, while provisional
         self.before: list[tuple[float, int, Buffer, int]] = []
-        #: spans (left, right sequence numbers) the receiver's SACK blocks covered while watching
+        #: spans (left, right sequence numbers) the receiver had while watching: its SACK blocks', and
+        #: all before its first acknowledgment captured where that came after segments it acknowledges
         self.sacked: list[tuple[int, int]] = []
+        self.heard = False  # an acknowledgment of its receiver was captured
 
     def add(self, ts: float, seq: int, payload: Buffer, syn: bool = False, missing: int = 0) -> None:
         """``missing``: the bytes after ``payload`` that the segment carried but a snap length cut."""
@@ -595,15 +598,30 @@ class _Reassembler:
         stream's start is not settled, the start settled by the first, holes before ``ack`` given up."""
         if sack is not None and self.watching:
             self.sacked.append(sack)
+        first, self.heard = not self.heard, True
         if self.base_seq is None:
             return
         if self.provisional:
             self._start(ack)
+            if first:  # what it had when the capture first heard from it: before the capture, as a SACK says
+                self.sacked.append((self.base_seq, ack))
         if self.pending:
             self.acknowledged(ack)
+        elif self.sacked:  # bytes it acknowledged past those delivered, which it had as the capture began
+            self._unseen_before(ack)
         self.watching = bool(self.provisional or self.pending)
         if not self.watching:
             self.sacked = []  # its start settled: what the receiver had then is no longer in question
+
+    def _unseen_before(self, ack: int) -> None:
+        """The bytes before ``ack`` past those delivered, when the receiver's SACK blocks noted while
+        watching cover them: unseen (it had them before the capture saw them sent), the stream going on
+        at ``ack``; else left to be a gap once bytes after them are captured."""
+        assert self.next_seq is not None
+        ahead = (ack - self.next_seq) % _SEQ_MOD
+        if 0 < ahead < _HALF_SEQ and self._had(self.next_offset, ahead):
+            self.out.unseen.append((self.next_offset, ahead))
+            self._advance(ahead)
 
     def _start(self, ack: int | None) -> None:
         """Where a stream begun before the capture starts: at its receiver's acknowledgment ``ack``

@@ -540,6 +540,10 @@ def test_a_capture_cut_inside_a_record_while_still_written_says_so(tmp_path: Pat
     read.note_file(str(zipped), records=3)
     rows = findings.input_files([listed, nothing, CaptureFile(str(zipped), 1, 1)], read)
     assert [findings.may_be_still_written(row) for row in rows] == [True, True, False]
+    # in summary.json and the page too, not only on the console: why a file of no byte holds nothing (the
+    # last file of a tcpdump -G rotation killed before its first 4 KiB were written said only "empty")
+    assert findings.problem_text(rows[1]) == f"empty: {inputs.NO_BYTE}"
+    assert [row["reason"] for row in rows] == [None, inputs.NO_BYTE, None]
 
 
 def test_a_capture_dating_a_packet_where_no_date_is_says_so_and_is_read(tmp_path: Path) -> None:
@@ -715,3 +719,29 @@ def test_a_name_shown_holds_no_control_and_is_utf8() -> None:
     assert shown_name(name) == "/caps/ns-\\udcff\\n\\x1b[2J.pcap"
     shown_name(name).encode("utf-8")
     assert os.fsencode(json.loads(json.dumps({"path": name}))["path"]) == b"/caps/ns-\xff\n\x1b[2J.pcap"
+
+
+def test_a_pcapng_whose_interfaces_cut_at_different_lengths_says_both() -> None:
+    """dumpcap -i lo -s 256 -i any -s 96: the file's packets cut at 96 on one interface, at 256 on the
+    other; its finding said only "cut at 256 bytes (the snap length)", as if every packet kept 256."""
+    import struct as st
+
+    from tests.spark.capture.builders import ethernet, ipv4, pcapng_block, pcapng_idb, pcapng_shb, tcp
+
+    frame = ethernet(ipv4(CLIENT[0], SERVER[0], tcp(CLIENT, SERVER, 1001, PSH | ACK, b"x" * 400)))
+
+    def epb(interface: int, ticks: int, kept: int) -> bytes:
+        header = st.pack("<IIIII", interface, 0, ticks, kept, len(frame))
+        return pcapng_block("<", 6, header + frame[:kept])
+
+    data = b"".join([pcapng_shb("<"), pcapng_idb("<", 1), pcapng_idb("<", 1),
+                     epb(0, 1_000_000, 256), epb(1, 1_000_001, 96), epb(0, 2_000_000, 256)])
+    tally = inputs.ReadTally()
+    listed = CaptureFile("two.pcapng", len(data), 0)
+    list(inputs.read_whole(data, listed, (), tally))
+    facts = tally.files["two.pcapng"]
+    assert (facts.cut_records, facts.cut_at, facts.cut_shortest) == (3, 256, 96)
+    (row,) = findings.input_files([listed], tally)
+    (cut,) = [f for f in findings._cut_findings([row], {"cut_frames": 1}, [], {}) if f["kind"] == "capture_cut"]
+    assert cut["message"].startswith("two.pcapng: packets cut at 96 to 256 bytes (its interfaces' snap lengths; ")
+    assert (cut["cut_at"], cut["cut_shortest"]) == (256, 96)

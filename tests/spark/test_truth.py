@@ -180,6 +180,9 @@ def _told(truth: dict) -> dict:
             to=step["to"])
     for ring in truth.get("rings", []):
         add("files_overwritten", None, path=ring["oldest_kept"], overwritten=ring["overwritten"])
+    for bad in truth.get("bad_inputs", []):
+        add("bad_input", None, path=f"captures/{bad['file']}", problem=bad["problem"],
+            trailing_bytes=bad["trailing_bytes"])
     counts = {(c["namesrv"], c["broker_name"], c["op"], c["at"]): c["topics"] for c in truth.get("topic_counts", [])}
     for w in truth["write_perm"]:
         add("write_perm_wiped" if w["op"] == "wipe" else "write_perm_added", w["at"], broker_name=w["broker_name"],
@@ -285,6 +288,12 @@ def test_the_checker_passes_the_truth_and_fails_one_wrong_event(name: str) -> No
     other["findings"].append({"kind": "other_server", "evidence": [
         {"kind": "other_server", "message": "made up", "endpoint": "127.0.0.1:1", "requests": 1}]})
     assert any(p.startswith("invented") for p in judge(truth, other))
+
+    cut_short = copy.deepcopy(summary)  # a file cut inside its last record where the truth has none so
+    cut_short["findings"].append({"kind": "bad_input", "evidence": [
+        {"kind": "bad_input", "message": "made up", "path": "captures/x.pcap", "problem": "truncated",
+         "trailing_bytes": 7}]})
+    assert any(p.startswith("invented") for p in judge(truth, cut_short))
 
     checked = copy.deepcopy(summary)  # a port check at an endpoint where no connection carried nothing
     checked["findings"].append({"kind": "port_checked", "evidence": [

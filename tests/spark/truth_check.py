@@ -38,7 +38,8 @@ KIND_CLASSES = {
     "data_version_backwards": "absent",
     "crc_failure": "absent",
     "registration_refused": "absent",
-    "bad_input": "absent",
+    # a capture file of no byte or cut inside its last record (a capture killed): exactly the truth's bad_inputs
+    "bad_input": "bad_input",
     "undecodable_connection": "unread",  # bytes no remoting frame: must be one of the truth's unread_connections
     "turned_away": "turned_away",  # a client its server closed without a byte: the truth's turned_away, at its time
     # a capture file whose times step back (its clock stepped): exactly the truth's clock_steps
@@ -175,6 +176,10 @@ def _events(truth: dict) -> list[Event]:
     for unread in truth.get("records_not_read", []):
         events.append(Event("records_not_read", f"{unread['file']}: {unread['records']} records of link type "
                             f"{unread['link_type']} not read", match={"records": unread["records"]}))
+    for bad in truth.get("bad_inputs", []):
+        events.append(Event("bad_input", f"{bad['file']}: {bad['problem']} ({bad['trailing_bytes']} bytes after its "
+                            "last whole record)", match={"problem": bad["problem"],
+                                                         "trailing_bytes": bad["trailing_bytes"]}))
     for ring in truth.get("rings", []):
         events.append(Event("ring", f"{ring['oldest_kept']}: the oldest file of a ring that wrapped, "
                             f"{ring['overwritten']} files overwritten before it",

@@ -194,9 +194,39 @@ def test_a_segment_captured_before_an_earlier_one_starts_no_stream_of_its_own() 
     assert list(direction) == [Chunk(1.2, 0, b"a" * 100), Chunk(1.0, 200, b"c" * 100)]
 
 
+def test_bytes_sacked_before_the_late_segment_are_unseen_when_nothing_follows_at_once() -> None:
+    """v5-reorder's from-6: the duplicate ACK (1001, SACK 1101-1301) is captured first, then the late
+    1001-1100 and the ACK of all of it; the broker's next bytes come 10 s later. The hole is told when
+    it is acknowledged, not left to become a gap when those bytes come."""
+    packets = [
+        _sacked((1.0, segment(SERVER, CLIENT, 5001, ACK, ack=1001)), 1101, 1301),
+        (1.1, segment(CLIENT, SERVER, 1001, ACK, b"a" * 100, ack=5001)),
+        (1.2, segment(SERVER, CLIENT, 5001, ACK, ack=1301)),
+        (11.0, segment(CLIENT, SERVER, 1301, ACK, b"d" * 50, ack=5001)),
+        (11.1, segment(SERVER, CLIENT, 5001, ACK, ack=1351)),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert (direction.gaps, direction.unseen) == ([], [(100, 200)])
+
+
+def test_bytes_the_receivers_first_acknowledgment_covers_are_unseen() -> None:
+    """A capture begun as the late segment arrived (v5-reorder's from-7: 1101-1300 came before it, no
+    duplicate ACK captured): the first ACK the capture holds, right after 1001-1100, acknowledges up to
+    1301. What the receiver had when the capture first heard from it came before the capture."""
+    packets = [
+        (1.0, segment(CLIENT, SERVER, 1001, ACK, b"a" * 100, ack=5001)),
+        (1.1, segment(SERVER, CLIENT, 5001, ACK, ack=1301)),
+        (11.0, segment(CLIENT, SERVER, 1301, ACK, b"d" * 50, ack=5001)),
+        (11.1, segment(SERVER, CLIENT, 5001, ACK, ack=1351)),
+    ]
+    direction = only(reassemble(packets)).to_server
+    assert (direction.gaps, direction.unseen) == ([], [(100, 200)])
+    assert list(direction) == [Chunk(1.0, 0, b"a" * 100), Chunk(11.0, 300, b"d" * 50)]
+
+
 def test_without_a_sack_block_a_hole_at_the_start_is_still_a_gap() -> None:
-    """The same capture with no SACK block (a peer without SACK): nothing says the receiver had
-    1101-1300 before the capture began rather than while it ran, so the hole is a gap."""
+    """The same capture with no SACK block (a peer without SACK): the receiver's first ACK, before any
+    segment, said it had nothing past 1001, so 1101-1300 came while the capture ran: a gap."""
     packets = [
         (1.0, segment(SERVER, CLIENT, 5001, ACK, ack=1001)),
         (1.1, segment(CLIENT, SERVER, 1001, ACK, b"a" * 100, ack=5001)),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import server_logs
 from .packets import (
+    bad_input,
     connections,
     dropped,
     files_missing,
@@ -513,6 +514,9 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
     drops = [drop for f in a.files if (drop := dropped(d / f)) and drop["dropped"]]
     if drops:
         truth["dropped"] = drops  # what the file's own statistics say the capture dropped
+    bad = [found for f in a.files if (found := bad_input(d / f))]
+    if bad:
+        truth["bad_inputs"] = bad  # a file of no byte, or one whose last record is cut short (a capture killed)
     unread = [found for f in a.files if (found := unread_records(d / f))]
     if unread:
         truth["records_not_read"] = unread  # records of an interface of a link type not read, beside others

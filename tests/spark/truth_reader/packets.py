@@ -48,6 +48,8 @@ def records(path: Path):
     if raw[:4] == PCAPNG:
         yield from _pcapng_records(raw)
         return
+    if len(raw) < 24:
+        return  # no capture header (a file tcpdump had written nothing to when it was killed): no packet
     magic = raw[:4]
     endian = "<" if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
     nano = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
@@ -55,6 +57,8 @@ def records(path: Path):
     off = 24
     while off + 16 <= len(raw):
         sec, frac, incl, orig = struct.unpack(endian + "IIII", raw[off:off + 16])
+        if off + 16 + incl > len(raw):
+            return  # a last record cut short (a capture killed while writing it): not a packet, not read
         yield sec + frac / (1e9 if nano else 1e6), link, raw[off + 16:off + 16 + incl], orig
         off += 16 + incl
 
@@ -118,6 +122,28 @@ def dropped(path: Path) -> dict | None:
         return None
     return {"file": path.name, "dropped": sum(s.get("dropped", 0) for s in last.values()),
             "received": sum(s.get("received", 0) for s in last.values())}
+
+
+def bad_input(path: Path) -> dict | None:
+    """A capture file that is not whole: of no byte (its tcpdump killed before it wrote its first 4 KiB), or
+    whose last record or block runs past its end (killed while writing it), with the bytes of that last
+    part; None for a whole file."""
+    raw = _raw(path)
+    if not raw:
+        return {"file": path.name, "problem": "empty", "trailing_bytes": 0}
+    if raw[:4] == PCAPNG:
+        off = 0
+        while off + 12 <= len(raw):
+            length = struct.unpack(("<" if raw[8:12] == b"\x4d\x3c\x2b\x1a" else ">") + "I", raw[off + 4:off + 8])[0]
+            if length < 12 or off + length > len(raw):
+                break
+            off += length
+    else:
+        endian = "<" if raw[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        off = 24
+        while off + 16 <= len(raw) and off + 16 + struct.unpack(endian + "I", raw[off + 8:off + 12])[0] <= len(raw):
+            off += 16 + struct.unpack(endian + "I", raw[off + 8:off + 12])[0]
+    return {"file": path.name, "problem": "truncated", "trailing_bytes": len(raw) - off} if off < len(raw) else None
 
 
 def unread_records(path: Path) -> dict | None:
