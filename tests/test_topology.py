@@ -258,6 +258,7 @@ def test_a_write_encodes_only_the_groups_that_changed_since(monkeypatch):
     topology.heard("closed", {"cluster": "c1", "broker": "g7", "id": 0, "addr": "h:7"})
     encode(topology)
     assert sum(encoded) == 1  # the group that changed, once; before, all 1,000 at every write
+    assert {type(entry) for entry in topology.encoded.values()} == {bytes}  # as the file holds them
 
     def whole(t: Topology) -> bytes:  # the file's format, encoded at once
         return dumps({"format": 1, "groups": [

@@ -97,7 +97,7 @@ class Run:
         out.append(f"route_events {sorted(seen.metrics.route_events.items())!r}")
         out += [f"departed {e.kind} {sorted(e.info.items())!r}" for e in seen.departed.brokers()]
         topology = self.service.state.topology
-        out += [f"topology {text}" for _, text in sorted(topology.encoded.items())]
+        out += [f"topology {entry.decode()}" for _, entry in sorted(topology.encoded.items())]
         out.append(f"topology version {topology.version}")
         return out
 
