@@ -14,8 +14,15 @@ tools/bench (a ``git worktree`` of another commit), to count its load and probe 
 ``--probe-split`` runs the probe that reads the wait's split around each lookup (curve.py's
 ``--probe-split``), where this checkout has it.
 
+``--instructions`` counts instead, which a loaded machine does not move: the same run under valgrind's
+callgrind (valgrind on PATH), its counters zeroed and dumped around the storms and around twice as
+many, then around ``--lookups`` of the probe's loop run in this process (at SCHED_IDLE: slow under
+valgrind, it sleeps between lookups all the same) and twice as many; the difference of each pair
+(its start-up and the ``callgrind_control`` calls' own are alike in both), over the frames and the
+lookups that made it.
+
     .venv/bin/python tools/bench/measuring_cost.py [--step brokers-5000] [--brokers 5000] [--storms 3] \\
-        [--spread 1] [--bench DIR] [--probe-split] [--server-cmd CMD]
+        [--spread 1] [--bench DIR] [--probe-split] [--server-cmd CMD] [--instructions [--lookups 640]]
 """
 
 from __future__ import annotations
@@ -69,7 +76,14 @@ def main() -> None:
     p.add_argument("--probe-split", action="store_true", help="the probe that reads the wait's split")
     p.add_argument("--server-cmd", metavar="CMD", help="another NameServer, as the curve's --compare runs it "
                    "(e.g. Java's tools/bench/java-step.sh {compat} {topics} {port} {data_dir})")
+    p.add_argument("--instructions", action="store_true",
+                   help="count instructions under callgrind instead (the load's a frame, the probe's a lookup)")
+    p.add_argument("--lookups", type=int, default=640, metavar="N", help="with --instructions: the probe's lookups")
+    p.add_argument("--counted", type=Path, metavar="OUT", help=argparse.SUPPRESS)  # the run under callgrind
     a = p.parse_args()
+    if a.instructions:
+        instructions(a)
+        return
     sys.path.insert(0, str(a.bench.resolve()))
     import curve  # the load and the probe measured: this checkout's or --bench's
     from procfs import Schedstat  # this checkout's or --bench's, alike
@@ -97,6 +111,9 @@ def main() -> None:
             send = load.send if load else lambda frames, spread: curve.send_all(conns, frames, spread)
             for _ in range(2):  # registered, then renewed from memory from the next sending on
                 send(frames, None)
+            if a.counted:
+                counted_spans(a, curve, lambda: send(frames, a.spread), port, server.main_pid())
+                return
             stop, (receive, sink) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
             kwargs: dict[str, Any] = {}
             if "split" in inspect.signature(curve.probe_loop).parameters:
@@ -139,6 +156,71 @@ def main() -> None:
         print(f"  probe: {probe_ms:.1f} ms of CPU for {lookups:,} lookups, {probe_ms * 1e3 / lookups:.1f} µs a lookup"
               + (f", {probe_calls / lookups_counted:.2f} system calls a lookup" if probe_calls else "")
               + f"; the two {(load_s + probe_ms / 1e3) / wall:.3f} of core 1 (load {os.getloadavg()[0]:.1f})")
+
+
+def callgrind(*command: str) -> None:
+    """``callgrind_control COMMAND... PID`` for this process (run under callgrind)."""
+    subprocess.run(["callgrind_control", *command, str(os.getpid())], check=True, capture_output=True)
+
+
+def counted_spans(a: argparse.Namespace, curve: Any, storm: Any, port: int, server_pid: int) -> None:
+    """Under callgrind: four dumps, the storms, twice as many, the probe's lookups, twice as many."""
+    class Stop:  # the probe's, stopped after ``lookups`` (the minimal loop looks once a batch, the old one a lookup)
+        def __init__(self, lookups: int) -> None:
+            self.looked = 0
+            self.looks = lookups // curve.PROBE_BATCH if hasattr(curve, "PROBE_BATCH") else lookups
+
+        def is_set(self) -> bool:
+            self.looked += 1
+            return self.looked > self.looks
+
+    class Out:
+        def send(self, samples: list[Any]) -> None:
+            callgrind("-d", "probe")
+            print(f"probe: {len(samples)} lookups", flush=True)
+
+    for times in (1, 2):
+        callgrind("-z")
+        for _ in range(times * a.storms):
+            storm()
+        callgrind("-d", "storms")
+    kwargs: dict[str, Any] = {}
+    if "split" in inspect.signature(curve.probe_loop).parameters:
+        kwargs["split"] = a.probe_split
+    for times in (1, 2):
+        callgrind("-z")
+        curve.probe_loop(port, Stop(times * a.lookups), Out(), server_pid, True, **kwargs)
+
+
+def instructions(a: argparse.Namespace) -> None:
+    """This tool again under callgrind (``--counted``), then the second span's instructions less the
+    first's (the same work but as much again), over the frames and the lookups that made the difference."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("measuring_cost.py --instructions: valgrind is not installed")
+    with tempfile.TemporaryDirectory(prefix="namesrv-measuring-cost-") as scratch:
+        out = Path(scratch) / "callgrind.out"
+        argv = [arg for arg in sys.argv[1:] if arg != "--instructions"]
+        done = subprocess.run([valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                               __file__, *argv, "--counted", str(out)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-3000:])
+        totals = [summary(Path(f"{out}.{n}")) for n in range(1, 5)]
+    frames = a.brokers * a.storms
+    looked = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("probe: ")]
+    lookups = looked[1] - looked[0] if len(looked) == 2 else a.lookups
+    print(f"{a.bench}: {a.step}, {a.brokers:,} brokers, {a.storms} storms over {a.spread:g} s"
+          f"{', probe split' if a.probe_split else ''}, instructions (callgrind)")
+    print(f"  load: {(totals[1] - totals[0]) / frames / 1e3:.1f} k a frame ({frames:,} frames more)")
+    print(f"  probe: {(totals[3] - totals[2]) / lookups / 1e3:.1f} k a lookup ({lookups:,} lookups more)")
+
+
+def summary(dump: Path) -> int:
+    """A callgrind dump's total of instructions (its ``summary:`` line)."""
+    for line in dump.read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise ValueError(f"{dump}: no summary line")
 
 
 if __name__ == "__main__":
