@@ -259,9 +259,11 @@ class _TypedWrapper(msgspec.Struct):
     """TopicConfigSerializeWrapper with its topic table decoded straight into TopicConfig."""
 
     topicConfigTable: dict[str, TopicConfig] | None = None
-    dataVersion: Any = None
+    #: read as ``DataVersion.from_json`` reads a flat object of ints in a long's range (absent or null:
+    #: the defaults); anything else makes the typed decoding fail, and the lenient one reads it so
+    dataVersion: DataVersion | None = None
     topicQueueMappingInfoMap: Any = None
-    mappingDataVersion: Any = None
+    mappingDataVersion: DataVersion | None = None
     topicQueueMappingDetailMap: Any = None
 
 
@@ -270,7 +272,21 @@ class _TypedBody(msgspec.Struct):
     filterServerList: Any = None
 
 
+class _LooseVersionsWrapper(_TypedWrapper):
+    """_TypedWrapper with versions of any JSON (``DataVersion.from_json`` reads them): a body whose
+    versions the typed decoding refuses is decoded so, as every body was before they were typed."""
+
+    dataVersion: Any = None
+    mappingDataVersion: Any = None
+
+
+class _LooseVersionsBody(msgspec.Struct):
+    topicConfigSerializeWrapper: _LooseVersionsWrapper | None = None
+    filterServerList: Any = None
+
+
 _TYPED_BODY = msgspec.json.Decoder(_TypedBody)
+_LOOSE_VERSIONS_BODY = msgspec.json.Decoder(_LooseVersionsBody)
 _TABLE_PIECE = msgspec.json.Decoder(dict[str, TopicConfig])
 _TABLE_KEY = b'"topicConfigTable":{'
 #: topics of a compressed body decoded per step (a Python loop: about a millisecond)
@@ -307,20 +323,32 @@ def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
     (a big table's decoding is most of a registration's work). None for anything else — a
     string where a number belongs, fastjson's bare keys, odd unicode, no table — which the
     general path decodes with Java's leniency."""
+    typed: _TypedBody | _LooseVersionsBody
     try:
         typed = _TYPED_BODY.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
+        try:  # (its versions as from_json reads them, or a body no typed decoding reads)
+            typed = _LOOSE_VERSIONS_BODY.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
     wrapper = typed.topicConfigSerializeWrapper
     if wrapper is None or wrapper.topicConfigTable is None or not isinstance(typed.filterServerList, list | None):
         return None
     # as _from_wrapper reads a wrapper's fields, without a dict of them (every registration comes here)
     mappings, servers = wrapper.topicQueueMappingInfoMap, typed.filterServerList
+    # the versions typed: made in C, from_json's answer; else read by it (a 4.9.8 body's absent mapping
+    # version: its defaults, without its call)
+    version: Any = wrapper.dataVersion
+    mapping: Any = wrapper.mappingDataVersion
+    if not isinstance(version, DataVersion):
+        version = DataVersion.from_json(version)
+    if not isinstance(mapping, DataVersion):
+        mapping = DataVersion() if mapping is None else DataVersion.from_json(mapping)
     return RegisterBrokerBody(
-        DataVersion.from_json(wrapper.dataVersion), _named(wrapper.topicConfigTable),
+        version, _named(wrapper.topicConfigTable),
         [str(s) for s in servers] if servers else [],
-        {topic: queue_mapping_info(info) for topic, info in mappings.items()} if mappings else {},
-        DataVersion.from_json(wrapper.mappingDataVersion), wrapper.topicQueueMappingDetailMap or {})
+        {topic: queue_mapping_info(info) for topic, info in mappings.items()} if mappings else {}, mapping,
+        wrapper.topicQueueMappingDetailMap or {})
 
 
 def _named(table: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
