@@ -98,3 +98,48 @@ def test_a_static_topic_s_mapping_past_java_s_types_is_refused(name, value):
         "filterServerList": []}).encode()
     with pytest.raises(RegisterBodyError):
         decode_register_body(body, False, V5_3_3)
+
+
+@pytest.mark.parametrize("version", [{"counter": "5", "timestamp": 1}, {"counter": 1.0}, {"timestamp": True},
+                                     {"counter": 2**63}, {"counter": -(2**63) - 1}, {"counter": None}, [], "", {},
+                                     None, {"timestamp": 2**63 - 1, "counter": -(2**63), "stateVersion": 3, "x": 1}])
+def test_a_bodys_versions_read_as_from_json_reads_them_typed_or_not(version) -> None:
+    """The typed decoding reads a body's dataVersion and mappingDataVersion straight into DataVersion
+    (a flat object of ints in a long's range); any other is read by ``DataVersion.from_json``, as every
+    one was before: the same versions, or the same refusal, and the topics decoded all the same."""
+    wrapper = {"dataVersion": version, "mappingDataVersion": version,
+               "topicConfigTable": {"A": {"topicName": "A", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6}}}
+    body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper}).encode()
+    try:
+        expected = DataVersion.from_json(version)  # type: ignore[arg-type]
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        with pytest.raises(RegisterBodyError):
+            decode_register_body(body, False, V4_9_8)
+        return
+    decoded = decode_register_body(body, False, V4_9_8)
+    assert (decoded.dataVersion, decoded.mappingDataVersion) == (expected, expected)
+    assert type(decoded.dataVersion) is DataVersion and list(decoded.topicConfigTable) == ["A"]
+
+
+@pytest.mark.parametrize("text", [b'{"counter":1,"timestamp":2}', b'{"timestamp":2,"counter":1,"stateVersion":3}', b"{}",
+                                  b'{"counter":1,"counter":2}', b'{"counter":true}', b'{"counter":1.0}', b'{"x":1}',
+                                  b'{"counter":"1"}', b'{"counter":9223372036854775808}', b'{1:2}', b'[]',
+                                  b'{"counter":-9223372036854775809}', b'{"counter":%d}' % 10**30, b'{"counter":NaN}',
+                                  b'{"counter":9223372036854775807,"timestamp":-9223372036854775808}', b'{"counter":'])
+def test_a_flat_data_version_read_typed_is_read_as_before(text: bytes) -> None:
+    """A body's split reads its dataVersion typed (``_flat_version``, ``_is_flat``): the same
+    flatness and the same DataVersion (or the same refusal) as the dict read and checked before."""
+    from twisted_namesrv.bodies import register
+
+    fields = register._flat_data_version(text)
+    assert register._is_flat(text) == (fields is not None)
+    if fields is None:
+        assert register._flat_version(text) is None
+        return
+    try:
+        expected = DataVersion.from_json(fields)
+    except ValueError:
+        with pytest.raises(ValueError):
+            register._flat_version(text)
+        return
+    assert register._flat_version(text) == expected

@@ -51,7 +51,14 @@ from .remoting.values import BadRequest, java_bool, parse_java_integer
 from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.order_topics import order_topic_conf_problem
-from .state.registration import Memos, digests, plan_steps, registration_digest, request_of
+from .state.registration import (
+    Memos,
+    digests,
+    plan_steps,
+    registration_digest,
+    request_of,
+    split_registration_digest,
+)
 from .state.routes import (
     Channel,
     RegisterBrokerResult,
@@ -360,7 +367,10 @@ def _fused_steps(state: NamesrvState, frame: bytes, peer: Peer, header: Register
         split = whole.split if whole is not None else None
         if whole is None and len(body) > HASHED_PIECE:
             split = yield from split_data_version(body)
-        digest = yield from registration_digest(state.config.revision, version, ext, body, split)
+        if split is not None:  # (at once: no generator for it)
+            digest = split_registration_digest(state.config.revision, version, ext, split)
+        else:
+            digest = yield from registration_digest(state.config.revision, version, ext, body, split)
         decoded = yield from decode_register_body_steps(body, False, version, config["inflateMaxLength"], (), None,
                                                         state.budget, config["maxTopicsPerBroker"], split)
     except (RegisterBodyError, RegistrationRefused):

@@ -20,7 +20,7 @@ import msgspec
 from ..remoting import fastjson
 from ..remoting.codes import V3_0_11
 from ..steps import STEP_BYTES, Steps, run_steps
-from .route import DataVersion, queue_mapping_info
+from .route import DataVersion, JavaLong, queue_mapping_info
 
 DEFAULT_MAX_INFLATED = 256 * 1024 * 1024
 _INT = struct.Struct(">i")
@@ -259,9 +259,11 @@ class _TypedWrapper(msgspec.Struct):
     """TopicConfigSerializeWrapper with its topic table decoded straight into TopicConfig."""
 
     topicConfigTable: dict[str, TopicConfig] | None = None
-    dataVersion: Any = None
+    #: read as ``DataVersion.from_json`` reads a flat object of ints in a long's range (absent or null:
+    #: the defaults); anything else makes the typed decoding fail, and the lenient one reads it so
+    dataVersion: DataVersion | None = None
     topicQueueMappingInfoMap: Any = None
-    mappingDataVersion: Any = None
+    mappingDataVersion: DataVersion | None = None
     topicQueueMappingDetailMap: Any = None
 
 
@@ -270,7 +272,21 @@ class _TypedBody(msgspec.Struct):
     filterServerList: Any = None
 
 
+class _LooseVersionsWrapper(_TypedWrapper):
+    """_TypedWrapper with versions of any JSON (``DataVersion.from_json`` reads them): a body whose
+    versions the typed decoding refuses is decoded so, as every body was before they were typed."""
+
+    dataVersion: Any = None
+    mappingDataVersion: Any = None
+
+
+class _LooseVersionsBody(msgspec.Struct):
+    topicConfigSerializeWrapper: _LooseVersionsWrapper | None = None
+    filterServerList: Any = None
+
+
 _TYPED_BODY = msgspec.json.Decoder(_TypedBody)
+_LOOSE_VERSIONS_BODY = msgspec.json.Decoder(_LooseVersionsBody)
 _TABLE_PIECE = msgspec.json.Decoder(dict[str, TopicConfig])
 _TABLE_KEY = b'"topicConfigTable":{'
 #: topics of a compressed body decoded per step (a Python loop: about a millisecond)
@@ -307,20 +323,32 @@ def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
     (a big table's decoding is most of a registration's work). None for anything else — a
     string where a number belongs, fastjson's bare keys, odd unicode, no table — which the
     general path decodes with Java's leniency."""
+    typed: _TypedBody | _LooseVersionsBody
     try:
         typed = _TYPED_BODY.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
+        try:  # (its versions as from_json reads them, or a body no typed decoding reads)
+            typed = _LOOSE_VERSIONS_BODY.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
     wrapper = typed.topicConfigSerializeWrapper
     if wrapper is None or wrapper.topicConfigTable is None or not isinstance(typed.filterServerList, list | None):
         return None
     # as _from_wrapper reads a wrapper's fields, without a dict of them (every registration comes here)
     mappings, servers = wrapper.topicQueueMappingInfoMap, typed.filterServerList
+    # the versions typed: made in C, from_json's answer; else read by it (a 4.9.8 body's absent mapping
+    # version: its defaults, without its call)
+    version: Any = wrapper.dataVersion
+    mapping: Any = wrapper.mappingDataVersion
+    if not isinstance(version, DataVersion):
+        version = DataVersion.from_json(version)
+    if not isinstance(mapping, DataVersion):
+        mapping = DataVersion() if mapping is None else DataVersion.from_json(mapping)
     return RegisterBrokerBody(
-        DataVersion.from_json(wrapper.dataVersion), _named(wrapper.topicConfigTable),
+        version, _named(wrapper.topicConfigTable),
         [str(s) for s in servers] if servers else [],
-        {topic: queue_mapping_info(info) for topic, info in mappings.items()} if mappings else {},
-        DataVersion.from_json(wrapper.mappingDataVersion), wrapper.topicQueueMappingDetailMap or {})
+        {topic: queue_mapping_info(info) for topic, info in mappings.items()} if mappings else {}, mapping,
+        wrapper.topicQueueMappingDetailMap or {})
 
 
 def _named(table: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
@@ -471,25 +499,25 @@ def split_data_version(body: bytes | memoryview) -> Steps[VersionSplit | None]:
     found = _found_versions(head, head is not body)
     if found is None:
         return None
-    opening, end, fields, rest = found
+    opening, end, version, rest = found
     view = memoryview(body)
     table = head.find(_TABLE_KEY, rest, _VIEW_HEAD) + len(_TABLE_KEY) if len(body) > HASHED_PIECE else -1
     if table < len(_TABLE_KEY):  # a small body, or a table not where Java writes it: hashed whole
         digest = _hashed_before(view, opening)
         yield from _hash_steps(digest, view[rest:])
-        return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest())
+        return VersionSplit(version, head[opening:end], digest.digest())
     digest = hashlib.sha1(b"pieces %d %d " % (opening, table - rest))
     digest.update(view[:opening])
     digest.update(view[rest:table])
     pieces = yield from _hash_pieces(digest, view, table)
-    return VersionSplit(DataVersion.from_json(fields), head[opening:end], digest.digest(), pieces)
+    return VersionSplit(version, head[opening:end], digest.digest(), pieces)
 
 
-def _found_versions(head: bytes, in_view: bool = False) -> tuple[int, int, dict[str, int], int] | None:
+def _found_versions(head: bytes, in_view: bool = False) -> tuple[int, int, DataVersion, int] | None:
     """The first ``"dataVersion":{...}`` of ``head`` when it is a flat DataVersion: where its object
-    starts and ends, its fields, and where the rest of the body begins (after 5.x's mappingDataVersion
-    when that comes right after it); ``in_view``: ``head`` is a view's first bytes, where it must lie
-    where Java writes it (None otherwise: only a copy of the whole body would tell)."""
+    starts and ends, the DataVersion, and where the rest of the body begins (after 5.x's
+    mappingDataVersion when that comes right after it); ``in_view``: ``head`` is a view's first bytes,
+    where it must lie where Java writes it (None otherwise: only a copy of the whole body would tell)."""
     start = head.find(_DATA_VERSION_KEY)
     if start < 0:
         return None
@@ -497,10 +525,10 @@ def _found_versions(head: bytes, in_view: bool = False) -> tuple[int, int, dict[
     end = head.find(b"}", opening) + 1
     if in_view and not (start < VERSIONS_WITHIN and 0 < end <= 2 * VERSIONS_WITHIN):
         return None
-    fields = _flat_data_version(head[opening:end]) if end else None
-    if fields is None:
+    version = _flat_version(head[opening:end]) if end else None
+    if version is None:
         return None
-    return opening, end, fields, end if (mapping := _mapping_version_end(head, end)) is None else mapping
+    return opening, end, version, end if (mapping := _mapping_version_end(head, end)) is None else mapping
 
 
 #: the tag a small body's digest begins with (its dataVersion's start: ``_hashed_before``)
@@ -544,10 +572,9 @@ def split_small(body: bytes) -> WholeSplit | None:
     found = _found_versions(body) if len(body) <= HASHED_PIECE else None
     if found is None:
         return None
-    opening, end, fields, rest = found
+    opening, end, version, rest = found
     digest = whole_hash(memoryview(body), opening, rest)
-    return WholeSplit(VersionSplit(DataVersion.from_json(fields), body[opening:end], digest.digest()), digest,
-                      opening, end, rest)
+    return WholeSplit(VersionSplit(version, body[opening:end], digest.digest()), digest, opening, end, rest)
 
 
 #: the pieces split_data_version hashes a big table in, each on its own, cut as the decoder cuts
@@ -593,6 +620,38 @@ _VIEW_HEAD = 4 * 1024
 _INTS_ONLY = frozenset({int})
 
 
+class _FlatVersion(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A flat DataVersion's text read typed: only its fields, ints (no bool), in a long's range."""
+
+    timestamp: JavaLong = 0
+    counter: JavaLong = 0
+    stateVersion: JavaLong = 0
+
+
+_FLAT_VERSION = msgspec.json.Decoder(_FlatVersion)
+
+
+def _flat_version(text: bytes) -> DataVersion | None:
+    """``text``'s DataVersion (as ``DataVersion.from_json`` reads it) when it is a flat object of ints
+    (``_flat_data_version``), else None: read typed in one call, in C; what that refuses (an int past
+    a long's range, a form only the json module reads) the way it was read before."""
+    try:
+        flat = _FLAT_VERSION.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        fields = _flat_data_version(text)
+        return None if fields is None else DataVersion.from_json(fields)
+    return DataVersion(flat.timestamp, flat.counter, flat.stateVersion)
+
+
+def _is_flat(text: bytes) -> bool:
+    """Whether ``text`` is a flat object of ints (``_flat_data_version``), read typed first."""
+    try:
+        _FLAT_VERSION.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _flat_data_version(text) is not None
+    return True
+
+
 def _flat_data_version(text: bytes) -> dict[str, int] | None:
     """``text`` as a DataVersion's fields when it is a flat object of ints (then any decoding of a
     body reads it alike), else None."""
@@ -618,7 +677,7 @@ def _mapping_version_end(body: bytes, at: int) -> int | None:
         return None
     opening = at + len(_MAPPING_VERSION_KEY) - 1
     close = body.find(b"}", opening, opening + VERSIONS_WITHIN) + 1
-    return close if close and _flat_data_version(body[opening:close]) is not None else None
+    return close if close and _is_flat(body[opening:close]) else None
 
 
 def mapping_version_span(body: bytes | memoryview) -> tuple[int, int] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -79,6 +79,8 @@ def in_zone(broker: BrokerData, zone: str) -> bool:
 #: compared as two bounds: a range's ``in`` of an int that far from 0 is big-int arithmetic (about
 #: 0.8k instructions a value, three values a DataVersion, two read a registration)
 _LONG_MIN, _LONG_MAX = fastjson.JAVA_LONG
+#: a DataVersion's field as a typed decoding reads it: an int within Java's long, as ``from_json`` takes it
+JavaLong = Annotated[int, msgspec.Meta(ge=_LONG_MIN, le=_LONG_MAX)]
 
 
 class DataVersion(msgspec.Struct, gc=False):
@@ -86,9 +88,11 @@ class DataVersion(msgspec.Struct, gc=False):
     registration makes three (its split's, its body's, the absent mapping's), and each broker's
     live entry keeps one (gc=False: no cycles through it, the collector never visits one)."""
 
-    timestamp: int = 0
-    counter: int = 0
-    stateVersion: int = 0
+    #: (a typed decoding refuses a number past Java's long, a bool, a string or a float: the body's
+    #: lenient decoding then reads it, through ``from_json``: bodies/register.py's _decode_typed)
+    timestamp: JavaLong = 0
+    counter: JavaLong = 0
+    stateVersion: JavaLong = 0
 
     def bean(self, v5: bool) -> dict[str, Any]:
         if v5:

@@ -148,19 +148,9 @@ def registration_digest(revision: int, version: int, ext: Mapping[str, str | Non
     table's memos.  The fields are hashed as JSON (msgspec's, in C: their repr was 14k of a first
     registration's 0.9 M instructions), or as their repr where JSON cannot hold them (a lone
     surrogate), that form tagged apart."""
-    fields = dict(ext)  # in its order, as sent, but for bodyCrc32
-    fields.pop("bodyCrc32", None)
-    tag = "split " if split is not None else ""  # two forms: neither's input is ever the other's
-    try:
-        digest = hashlib.sha1(f"{tag}{revision} {version} ".encode())
-        digest.update(_FIELDS_ENCODER.encode(fields))
-    except UnicodeEncodeError:  # (the JSON form begins with the tag or a digit, never "repr ")
-        digest = hashlib.sha1(f"repr {tag}{revision} {version} {fields!r}".encode("utf-8", "backslashreplace"))
     if split is not None:
-        digest.update(b" %d " % len(split.text))
-        digest.update(split.text)
-        digest.update(split.digest)
-        return digest.digest()
+        return split_registration_digest(revision, version, ext, split)
+    digest = _fields_digest(revision, version, ext, "")
     data = memoryview(body or b"")
     span = mapping_version_span(data) if data else None
     if span is not None:
@@ -170,7 +160,29 @@ def registration_digest(revision: int, version: int, ext: Mapping[str, str | Non
         digest.update(data[start:start + DIGEST_PER_STEP])
         if len(data) > DIGEST_PER_STEP:
             yield
-    return digest.digest()
+    made: bytes = digest.digest()
+    return made
+
+
+def split_registration_digest(revision: int, version: int, ext: Mapping[str, str | None], split: VersionSplit) -> bytes:
+    """``registration_digest`` of a JSON body with its ``split``, which takes no step: at once (a
+    first registration's, processor.register_fused: no generator made and run for it)."""
+    digest = _fields_digest(revision, version, ext, "split ")
+    digest.update(b" %d %s%s" % (len(split.text), split.text, split.digest))  # (one update: the three as they were)
+    made: bytes = digest.digest()
+    return made
+
+
+def _fields_digest(revision: int, version: int, ext: Mapping[str, str | None], tag: str) -> Any:
+    """``registration_digest``'s SHA-1 of the header's fields, its first part (``tag``: its form)."""
+    fields = dict(ext)  # in its order, as sent, but for bodyCrc32
+    fields.pop("bodyCrc32", None)
+    try:  # (two forms, tagged: neither's input is ever the other's)
+        digest = hashlib.sha1(f"{tag}{revision} {version} ".encode())
+        digest.update(_FIELDS_ENCODER.encode(fields))
+    except UnicodeEncodeError:  # (the JSON form begins with the tag or a digit, never "repr ")
+        digest = hashlib.sha1(f"repr {tag}{revision} {version} {fields!r}".encode("utf-8", "backslashreplace"))
+    return digest
 
 
 def request_of(header: RegisterBrokerHeader, names: tuple[str, str, str], broker_id: int, body: RegisterBrokerBody,
