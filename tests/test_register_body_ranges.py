@@ -121,7 +121,8 @@ def test_a_bodys_versions_read_as_from_json_reads_them_typed_or_not(version) -> 
     assert type(decoded.dataVersion) is DataVersion and list(decoded.topicConfigTable) == ["A"]
 
 
-@pytest.mark.parametrize("text", [b'{"counter":1,"timestamp":2}', b'{"timestamp":2,"counter":1,"stateVersion":3}', b"{}",
+@pytest.mark.parametrize("text", [b'{"counter":1,"timestamp":2}', b'{"timestamp":2,"counter":1,"stateVersion":3}',
+                                  b"{}",
                                   b'{"counter":1,"counter":2}', b'{"counter":true}', b'{"counter":1.0}', b'{"x":1}',
                                   b'{"counter":"1"}', b'{"counter":9223372036854775808}', b'{1:2}', b'[]',
                                   b'{"counter":-9223372036854775809}', b'{"counter":%d}' % 10**30, b'{"counter":NaN}',
