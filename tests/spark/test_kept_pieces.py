@@ -191,3 +191,77 @@ def test_the_driver_reads_the_default_parallelism_once_a_run(
                         property(lambda sc: readings.append(1) or read.fget(sc)))
     job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=lambda _: None)
     assert len(readings) == 1
+
+
+def test_a_decoding_task_done_while_another_runs_takes_batches_beside_until_it_ends(
+        tmp_path: Path, task_attempts: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decoding task whose pieces are decoded takes the guessed clients' batches (the liveness
+    stage's hand-out) while another decoding task runs and none waits to start (job.BesideMeanwhile),
+    each batch's rows a spool file of its own; it stops once the other is done, leaving the rest to
+    the liveness stage, whose tasks never take back what it took; its next attempt takes back its own."""
+    from spark_analysis.spark import liveness_stage
+
+    monkeypatch.setattr(liveness_stage, "TaskContext", job.TaskContext)  # the tasks' attempts, in process
+    handed = str(tmp_path / "handed-beside.arrow")
+    decoded: list[int] = []
+
+    def beside(batches: list[pa.RecordBatch], batch: int) -> list[pa.RecordBatch]:
+        decoded.append(batch)
+        if batch == 1:  # the other decoding task ends meanwhile
+            (tmp_path / "handed-beside.arrow.done-0").touch()
+        return [liveness_stage.arrow_batch([{"tally": b"t", "batch": batch}], liveness_stage._ARROW_LIVENESS)]
+
+    with pa.OSFile(handed, "wb") as sink, pa.ipc.new_file(sink, pa.schema([("id", pa.int64())])) as writer:
+        for _ in range(4):
+            writer.write_batch(pa.record_batch([pa.array([], pa.int64())], names=["id"]))
+    meanwhile = job.BesideMeanwhile(handed, 4, 3, beside, str(tmp_path))
+    meanwhile.started(0)
+    meanwhile.started(1)
+    meanwhile.done_then_take(1, 0)
+    assert decoded == []  # task 2 waits to start: the core is its
+    meanwhile.started(2)
+    meanwhile.done_then_take(2, 0)
+    assert decoded == [0, 1]
+    assert [row.batch for row in liveness_stage.spooled_beside_rows(str(tmp_path))] == [0, 1]
+    assert list(job.Claims(handed, 4).taken(0, 1)) == [2, 3]  # a liveness task run again: none of them its own
+    decoded.clear()
+    meanwhile.done_then_take(2, 1)  # run again: what it took, though no other decoding task runs now
+    assert decoded == [0, 1]
+
+
+def test_batches_taken_beside_by_decoding_tasks_change_no_file_of_the_report(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every guessed clients' batch decoded by the decoding tasks (a decoding task that never ends,
+    started before them, keeps them taking: BesideMeanwhile), none left to the liveness stage:
+    every file of the report, each table's part files too, is byte for byte that of the run where
+    the liveness stage takes them all (a decoding task never started keeps them from taking any)."""
+    planned = job.PlannedAhead._planned
+    taken: list[int] = []
+
+    def with_a_phantom(started: bool):
+        def planning(self, spark, cores, shares):
+            plan = planned(self, spark, cores, shares)
+            if started:
+                open(f"{self.claimed}.started-{len(shares)}", "wb").close()
+            return plan
+        return planning
+
+    spooled = job.spooled_beside_rows
+    monkeypatch.setattr(job, "spooled_beside_rows", lambda rows_to: taken.append(len(found := spooled(rows_to)))
+                        or found)
+    outs = {}
+    for started in (True, False):
+        monkeypatch.setattr(job.PlannedAhead, "_planned", with_a_phantom(started))
+        original = job.BesideMeanwhile.__init__
+
+        def init(self, claimed, batches, tasks, beside, rows_to, original=original):
+            original(self, claimed, batches, tasks + 1, beside, rows_to)  # the phantom: one more decoding task
+
+        monkeypatch.setattr(job.BesideMeanwhile, "__init__", init)
+        progress: list[str] = []
+        job.analyse(spark, [str(synthetic[0])], str(tmp_path / str(started)), log=progress.append, counted_cost=0)
+        assert any("guessed clients' decoded beside the replay" in line for line in progress)
+        outs[started] = _report_files(tmp_path / str(started))
+    assert taken[0] > 0 and taken[1] == 0
+    assert sum(name.endswith(".parquet") for name in outs[True]) > 4
+    assert outs[True] == outs[False]
