@@ -102,9 +102,7 @@ from spark_analysis.spark.liveness_stage import (
     liveness_plan,
     liveness_replay,
     liveness_tasks,
-    spooled_beside_rows,
     spooled_rows,
-    write_beside_rows,
 )
 from spark_analysis.spark.struct_types import DECODED, EVENTS
 from twisted_namesrv.escapes import clipped_name, escaped
@@ -736,11 +734,10 @@ class _ReadPieces:
 
 def _handed_plan(spark: SparkSession, handed: str, decode: Callable[[Iterable[pa.RecordBatch]],
                                                                     Iterator[pa.RecordBatch]],
-                 schema: StructType, tasks: int, meanwhile: BesideMeanwhile | None = None) -> DataFrame:
+                 schema: StructType, tasks: int) -> DataFrame:
     """``decode`` over ``tasks`` tasks, each given its pieces by the driver: its batch of the
     ``handed`` file (_ReadPieces), which may be written after the plan is made (PlannedAhead)."""
-    return spark.range(0, tasks, 1, tasks).mapInArrow(partial(_decode_handed, handed=handed, decode=decode,
-                                                              meanwhile=meanwhile), schema)
+    return spark.range(0, tasks, 1, tasks).mapInArrow(partial(_decode_handed, handed=handed, decode=decode), schema)
 
 
 def _claimed_beside(handed: str, batches: int, decode: Callable[..., Iterator[pa.RecordBatch]]) -> Beside:
@@ -783,13 +780,9 @@ class PlannedAhead:
             self.plan = self._planned(spark, cores, shares)
 
     def _planned(self, spark: SparkSession, cores: int, shares: list[int]) -> DataFrame:
-        batches = len(balance.claimed_shares(cores))
-        meanwhile = BesideMeanwhile(self.claimed, batches, len(shares), SpooledFunction(self.functions, "beside"),
-                                    self.rows_to) if self.beside else None
-        decoded = _handed_plan(spark, self.handed, SpooledFunction(self.functions, "decode"), EVENTS, len(shares),
-                               meanwhile)
-        beside = _claimed_beside(self.claimed, batches, SpooledFunction(self.functions, "beside")) if self.beside \
-            else None
+        decoded = _handed_plan(spark, self.handed, SpooledFunction(self.functions, "decode"), EVENTS, len(shares))
+        beside = _claimed_beside(self.claimed, len(balance.claimed_shares(cores)),
+                                 SpooledFunction(self.functions, "beside")) if self.beside else None
         plan = liveness_plan(decoded, SpooledFunction(self.functions, "replay"), beside, self.tasks, self.rows_to)
         plan._jdf.queryExecution().executedPlan()  # its physical plan now, which the action then reuses
         return plan
@@ -801,9 +794,8 @@ class PlannedAhead:
 
     def rows(self, plan: DataFrame) -> list[Row]:
         """The plan's action: the liveness stage's rows, which its tasks wrote to the spool, not
-        sent to the JVM (liveness_stage.spooled_rows), after any it sent; and those of the guessed
-        clients' batches the decoding tasks took (BesideMeanwhile)."""
-        return plan.collect() + spooled_rows(self.rows_to, self.tasks) + spooled_beside_rows(self.rows_to)
+        sent to the JVM (liveness_stage.spooled_rows), after any it sent."""
+        return plan.collect() + spooled_rows(self.rows_to, self.tasks)
 
     def write(self, **functions: Callable) -> None:
         """The plan's functions with their arguments, written to the spool before its action runs."""
@@ -836,63 +828,12 @@ def _nothing_beside(batches: Iterable[pa.RecordBatch], batch: int | None = None)
 
 
 def _decode_handed(batches: Iterable[pa.RecordBatch], handed: str,
-                   decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-                   meanwhile: BesideMeanwhile | None = None) -> Iterator[pa.RecordBatch]:
+                   decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
     """A decoding task given its pieces by the driver (_ReadPieces): its index is all its partition
-    holds, and its pieces are that batch of the ``handed`` file; then, with ``meanwhile``, the
-    guessed clients' batches it takes while another decoding task runs (BesideMeanwhile)."""
+    holds, and its pieces are that batch of the ``handed`` file."""
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            if meanwhile is not None:
-                meanwhile.started(index)
             yield from _decode_own(index, handed, decode)
-            if meanwhile is not None:
-                meanwhile.done_then_take(index, TaskContext.get().attemptNumber())
-
-
-class BesideMeanwhile:
-    """The guessed clients' batches (the liveness stage's hand-out, Claims) that a decoding task
-    takes once its own pieces are decoded, while another decoding task still runs and none is left
-    to start: the core that ends the decoding stage first otherwise sat idle until the last
-    decoding task ended (the next stage, the liveness replay, waits for all), and those batches were
-    done in the liveness stage anyway, beside the replay. A batch taken here is one fewer there;
-    one taken as the last decoding task ends delays the replay by at most that batch. Each batch's
-    LIVENESS rows are written to the spool, a file a batch, whole or absent
-    (liveness_stage.write_beside_rows), which the driver reads with the liveness stage's. A
-    decoding task's claims are held in its own name (``decoding-N``), so that its next attempt,
-    and never a liveness task, takes back what a failed one took; decoding tasks mark their start
-    and end beside the hand-out."""
-
-    def __init__(self, claimed: str, batches: int, tasks: int, beside: Callable[..., Iterator[pa.RecordBatch]],
-                 rows_to: str) -> None:
-        self.claimed, self.batches, self.tasks, self.beside, self.rows_to = claimed, batches, tasks, beside, rows_to
-
-    def started(self, task: int) -> None:
-        _mark(f"{self.claimed}.started-{task}")
-
-    def done_then_take(self, task: int, attempt: int) -> None:
-        _mark(f"{self.claimed}.done-{task}")
-        claims, holder = Claims(self.claimed, self.batches), f"decoding-{task}"
-        for index in claims.held(holder) if attempt else ():
-            self._decode(index)
-        for index in range(self.batches):
-            if not self._another_runs(task):
-                return
-            if claims.take(index, holder, attempt):
-                self._decode(index)
-
-    def _another_runs(self, task: int) -> bool:
-        """Every decoding task started (none waits for a core) and another not done."""
-        return all(os.path.exists(f"{self.claimed}.started-{other}") for other in range(self.tasks)) and any(
-            not os.path.exists(f"{self.claimed}.done-{other}") for other in range(self.tasks) if other != task)
-
-    def _decode(self, index: int) -> None:
-        write_beside_rows(_decode_own(index, self.claimed, partial(self.beside, batch=index)), self.rows_to, index)
-
-
-def _mark(path: str) -> None:
-    with open(path, "wb"):
-        pass
 
 
 def _decode_own(index: int, handed: str, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
@@ -924,37 +865,31 @@ class Claims:
     def __init__(self, handed: str, batches: int) -> None:
         self.handed, self.batches = handed, batches
 
-    def taken(self, holder: int | str, attempt: int) -> Iterator[int]:
-        """The batches task ``holder`` (a partition of the liveness stage, or a decoding task's name:
-        BesideMeanwhile) decodes, in order, each taken only when the one before is done."""
+    def taken(self, partition: int, attempt: int) -> Iterator[int]:
+        """The batches task ``partition`` decodes, in order, each taken only when the one before is done."""
         if attempt:
-            yield from self.held(holder)
+            yield from (index for index in range(self.batches) if self._holder(index) == partition)
         for index in range(self.batches):
-            if self.take(index, holder, attempt):
+            if self._take(index, partition, attempt):
                 yield index
-
-    def held(self, holder: int | str) -> list[int]:
-        """The batches ``holder`` took (its failed attempt's, which its next attempt takes back)."""
-        return [index for index in range(self.batches) if self._holder(index) == str(holder)]
 
     def _path(self, index: int) -> str:
         return f"{self.handed}.taken-{index}"
 
-    def _holder(self, index: int) -> str | None:
+    def _holder(self, index: int) -> int | None:
         try:
             with open(self._path(index), "rb") as file:
-                return file.read().decode()
+                return int(file.read())
         except FileNotFoundError:
             return None
 
-    def take(self, index: int, holder: int | str, attempt: int) -> bool:
-        """Take batch ``index`` for ``holder``, if nobody took it."""
+    def _take(self, index: int, partition: int, attempt: int) -> bool:
         path = self._path(index)
         if os.path.exists(path):
             return False
-        mine = f"{path}.{holder}.{attempt}"
+        mine = f"{path}.{partition}.{attempt}"
         with open(mine, "wb") as file:
-            file.write(str(holder).encode())
+            file.write(str(partition).encode())
         try:
             os.link(mine, path)
             return True

@@ -146,31 +146,6 @@ def _rows_path(rows_to: str, task: int) -> str:
     return os.path.join(rows_to, f"liveness-rows-{task}.arrow")
 
 
-def spooled_beside_rows(rows_to: str) -> list[Row]:
-    """The rows of the guessed clients' batches that decoding tasks took (job.BesideMeanwhile), each
-    batch's file (write_beside_rows) in the order of the batches."""
-    rows: list[Row] = []
-    written = sorted(int(name[len(_BESIDE):-len(".arrow")]) for name in os.listdir(rows_to)
-                     if name.startswith(_BESIDE) and name.endswith(".arrow"))
-    for batch in written:
-        with pa.OSFile(_beside_path(rows_to, batch)) as source:
-            rows += [Row(**row) for row in pa.ipc.open_file(source).read_all().to_pylist()]
-    return rows
-
-
-def write_beside_rows(made: Iterator[pa.RecordBatch], rows_to: str, batch: int) -> None:
-    """A guessed clients' batch's LIVENESS rows, decoded by a decoding task (job.BesideMeanwhile),
-    as a file of ``rows_to`` named by the batch, whole or not at all (as _write_rows)."""
-    _write_whole(made, _beside_path(rows_to, batch))
-
-
-_BESIDE = "beside-rows-"
-
-
-def _beside_path(rows_to: str, batch: int) -> str:
-    return os.path.join(rows_to, f"{_BESIDE}{batch}.arrow")
-
-
 def liveness_of(rows: list[Row], time_bins: TimeBins, sessions: Sessions,
                 endpoints: dict[str, EndpointStory]) -> tuple[Liveness, bool]:
     """The Liveness of the liveness stage's collected ``rows`` (liveness_plan), and whether it is
@@ -264,14 +239,7 @@ def _write_rows(made: Iterator[pa.RecordBatch], rows_to: str) -> None:
     failed attempt leaves no half of it, and the attempt run again writes it whole."""
     context = TaskContext.get()
     assert context is not None, "run by a task"
-    _write_whole(made, _rows_path(rows_to, context.partitionId()))
-
-
-def _write_whole(made: Iterator[pa.RecordBatch], path: str) -> None:
-    """The batches as an Arrow file at ``path``, written under the task attempt's own name (unique
-    in the application) and renamed when complete."""
-    context = TaskContext.get()
-    assert context is not None, "run by a task"
+    path = _rows_path(rows_to, context.partitionId())
     writing = f"{path}.{context.taskAttemptId()}"
     try:
         with pa.OSFile(writing, "wb") as sink, pa.ipc.new_file(sink, _ARROW_LIVENESS) as writer:
