@@ -906,6 +906,11 @@ def test_the_gauges_count_a_crashed_master_but_not_a_restarted_ones_seconds_with
             value(samples, "namesrv_clusters_without_writable_queues")) == (0, 0)
     assert value(samples, "namesrv_broker_group_stopped_cleanly_timestamp_seconds", cluster="cA",
                  broker="broker-a") == served.clock.seconds()  # the master's unregistration, its slave up
+    # its cluster takes no writes on purpose, but not every broker unregistered: the page said "cluster cA
+    # stopped cleanly: every broker unregistered" and the overview "1 cluster stopped cleanly", its slave up
+    outages = served.api.clusters()["outages"]
+    assert (outages["clusters_stopped_cleanly"], outages["clusters_unregistered"]) == (["cA"], [])
+    assert served.api.overview()["clusters_stopped_cleanly"] == 0
     proto, transport = served.connect()
     register(proto, transport, MASTER, "broker-a", extra={"clusterName": "cA", "brokerId": "0"})
     transport.loseConnection()  # kill -9 now: the connection closes without an unregistration

@@ -159,6 +159,15 @@ class RouteHealth:
             clusters[group.cluster] = clusters.get(group.cluster, True) and clean
         return sorted(cluster for cluster, stopped in clusters.items() if stopped)
 
+    @property
+    def clusters_unregistered(self) -> list[str]:
+        """Clusters stopped cleanly every broker of which unregistered (every group absent), as
+        NamesrvClusterStoppedCleanly and the page's "every broker unregistered" say.  One with a group
+        whose slave is up is a master restarting, or the cluster being stopped master first (or started
+        slave first): it takes no writes, on purpose, and that group's master is what to name."""
+        slave_up = {group.cluster for group in self.groups if group.master_stopped_cleanly}
+        return [cluster for cluster in self.clusters_stopped_cleanly if cluster not in slave_up]
+
     #: broker name -> its group (the page looks each group up)
     by_name: dict[str, GroupHealth]
 

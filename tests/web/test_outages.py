@@ -93,6 +93,7 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
                                           "master_stopped_cleanly": False}],  # absent: stopped_cleanly says it
         "clusters_without_writable_queues": ["c1"],
         "clusters_stopped_cleanly": [],  # broker-a did not stop: c1 is an outage
+        "clusters_unregistered": [],
         "broker_groups_absent": [{"cluster": "c1", "broker_name": "broker-b", **absent}],
         "rejoining": {"seconds_left": 0.0, "broker_groups": [], "clusters": []},
         "brokers_flapping": []}
