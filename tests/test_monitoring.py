@@ -229,7 +229,19 @@ CLEAN_STOP_ALERTS = ("NamesrvBrokerGroupAbsent", "NamesrvClusterNothingWritable"
 def outage_metric_names() -> set[str]:
     """The metrics the outage rules read (namesrv-outages): the series a scrape must hand promtool."""
     (group,) = [g for g in yaml.safe_load(RULES.read_text())["groups"] if g["name"] == "namesrv-outages"]
-    return {name for rule in group["rules"] for name in metric_names(rule["expr"])}
+    read = {name for rule in group["rules"] for name in metric_names(rule["expr"])}
+    # and those their summaries query (a clean stop's "at T")
+    return read | {name for rule in group["rules"] for text in rule.get("annotations", {}).values()
+                   for name in re.findall(r"\b(namesrv_\w+)\{", text)}
+
+
+def humanize_timestamp(seconds: float) -> str:
+    """Prometheus's humanizeTimestamp: Go's time.Time printed in UTC, its fraction's trailing zeros cut."""
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    fraction = f"{moment.microsecond:06d}".rstrip("0")
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + (f".{fraction}" if fraction else "") + " +0000 UTC"
 
 
 def as_input_series(scrapes: list[dict], instance: str) -> list[dict]:
@@ -251,11 +263,15 @@ def as_input_series(scrapes: list[dict], instance: str) -> list[dict]:
     return series
 
 
-def expected(alert: str, **labels: str) -> dict:
-    """The alert as the shipped rule renders it for these labels (its templates read only $labels)."""
+def expected(alert: str, at: float | None = None, **labels: str) -> dict:
+    """The alert as the shipped rule renders it for these labels (its templates read only $labels, and a
+    clean stop's time, ``at``: the " at T" its summary queries, left out when None)."""
     (rule,) = [rule for rule in rules() if rule.get("alert") == alert]
-    rendered = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], text)
+    when = "" if at is None else f" at {humanize_timestamp(at)}"
+    rendered = {key: re.sub(r"\{\{ with printf .*?\{\{ end \}\}", when, text)
                 for key, text in rule["annotations"].items()}
+    rendered = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], text)
+                for key, text in rendered.items()}
     assert not any("{{" in text for text in rendered.values()), rendered
     return {"exp_labels": {**rule["labels"], **labels}, "exp_annotations": rendered}
 
@@ -286,7 +302,7 @@ def test_a_whole_cluster_stopped_cleanly_alerts_through_the_shipped_rules_from_w
     unregister (mqshutdown broker), then for 15 minutes, then across a restart of the NameServer, go
     through promtool with the shipped rules. Before, cB's series left with its brokers: no alert. Then
     (an SRE's first hour) it paged as an outage of each group and of the cluster, the same alerts as a
-    crash; now one warning says the cluster was stopped cleanly."""
+    crash; then one warning said the cluster was stopped cleanly; now an info says it, and when."""
     from tests.test_audit import ask
     from tests.test_housekeeping import MASTER, register
     from tests.web.test_metrics_and_api import Served
@@ -318,9 +334,14 @@ def test_a_whole_cluster_stopped_cleanly_alerts_through_the_shipped_rules_from_w
                                                                 "brokerName": name, "brokerId": "0"}, account=None)
         assert answer.code == ResponseCode.SUCCESS
         brokers[name][1].loseConnection()
+    stopped_at = served.clock.seconds()
     scrape_every_15_s(served, 60, heartbeat)  # 30 s to 15 m 15 s
 
-    stopped = [expected("NamesrvClusterStoppedCleanly", cluster="cB")]
+    # an info, saying when (the words an operator paged at 3 a.m. for a planned stop would want instead)
+    stopped = [expected("NamesrvClusterStoppedCleanly", at=stopped_at, cluster="cB")]
+    assert stopped[0]["exp_labels"]["severity"] == "info"
+    assert stopped[0]["exp_annotations"]["summary"].startswith(
+        f"Cluster cB stopped cleanly at {humanize_timestamp(stopped_at)} by unregistration")
     quiet = [{"eval_time": "15s", "alertname": alert, "exp_alerts": []} for alert in CLEAN_STOP_ALERTS]
     firing = [{"eval_time": at, "alertname": "NamesrvClusterStoppedCleanly", "exp_alerts": stopped}
               for at in ("30s", "15m")]
@@ -330,7 +351,8 @@ def test_a_whole_cluster_stopped_cleanly_alerts_through_the_shipped_rules_from_w
                                  "NamesrvTopicsLost")]
     # the dashboard says what the rules say: amber "stopped cleanly", not red "nothing writable"
     stopped_panels = {"Clusters with nothing writable": 0, "Broker groups gone": 0, "Broker groups without a master": 0,
-                      "Topics lost": 0, "Clusters stopped cleanly": 1, "Broker groups stopped cleanly": 2}
+                      "Topics lost": 0, "Clusters stopped cleanly": 1, "Broker groups stopped cleanly": 2,
+                      "Masters stopped cleanly, a slave up": 0}
     up_panels = {**stopped_panels, "Clusters stopped cleanly": 0, "Broker groups stopped cleanly": 0}
     reads = dashboard_reads("15s", up_panels) + dashboard_reads("30s", stopped_panels)
     reads += dashboard_reads("15m", stopped_panels)

@@ -73,6 +73,9 @@ class GroupHealth:
     #: members the topology remembers (an id at its last address) that the routes do not hold: a slave
     #: killed while its master serves on (every member, for an absent group)
     members_absent: int = 0
+    #: when a member of this routed group last left (KnownGroup.left), while it has no live master: for a
+    #: master that unregistered, its departure (unless another member left after it)
+    master_left: float | None = None
 
     @property
     def master_stopped_cleanly(self) -> bool:
@@ -88,6 +91,15 @@ class GroupHealth:
         member left: a master that crashed before its slave was stopped is told by the crash's
         own departure, ``namesrv_brokers_departed``)."""
         return self.absent and self.absent_how == CLEAN_STOP
+
+    @property
+    def stopped_cleanly_at(self) -> float | None:
+        """When the clean stop that left it without a live master was seen (wall clock, s): its last
+        member's unregistration for a group stopped cleanly, its master's for one whose slave is up; None
+        for any other group.  The operator's alert says "stopped cleanly at T by unregistration"."""
+        if self.stopped_cleanly:
+            return self.absent_since
+        return self.master_left if self.master_stopped_cleanly else None
 
     @property
     def takes_writes(self) -> bool:
@@ -146,6 +158,15 @@ class RouteHealth:
             clean = group.stopped_cleanly or group.master_stopped_cleanly
             clusters[group.cluster] = clusters.get(group.cluster, True) and clean
         return sorted(cluster for cluster, stopped in clusters.items() if stopped)
+
+    @property
+    def clusters_unregistered(self) -> list[str]:
+        """Clusters stopped cleanly every broker of which unregistered (every group absent), as
+        NamesrvClusterStoppedCleanly and the page's "every broker unregistered" say.  One with a group
+        whose slave is up is a master restarting, or the cluster being stopped master first (or started
+        slave first): it takes no writes, on purpose, and that group's master is what to name."""
+        slave_up = {group.cluster for group in self.groups if group.master_stopped_cleanly}
+        return [cluster for cluster in self.clusters_stopped_cleanly if cluster not in slave_up]
 
     #: broker name -> its group (the page looks each group up)
     by_name: dict[str, GroupHealth]
@@ -235,6 +256,7 @@ class HealthWatch:
             groups.append(GroupHealth(str(cluster), name, addrs.get(MASTER_ID), master_live, alive, topics,
                                       write_perm, registered,
                                       master_how=None if master_live or known is None else known.master_how,
+                                      master_left=None if master_live or known is None else known.left,
                                       members_absent=0 if known is None else _members_absent(known, addrs)))
         present = {(group.cluster, group.broker) for group in groups}
         groups += [_absent(group) for key, group in known_groups.items() if key not in present]

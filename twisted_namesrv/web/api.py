@@ -63,7 +63,7 @@ class StatusApi:
                 "broker_groups_without_master": len(health.masterless_outages),
                 "clusters_without_writable_queues": len(health.clusters_not_writable_outages),
                 "broker_groups_stopped_cleanly": len(health.stopped_cleanly),
-                "clusters_stopped_cleanly": len(health.clusters_stopped_cleanly),
+                "clusters_stopped_cleanly": len(health.clusters_unregistered),
                 "started_ms": int(state.started_at * 1000), "compat": state.profile.name,
                 "version": version_name(state.profile.mq_version), "connections": len(self.factory.connections),
                 "address": state.listen_address or f"{state.config['bindAddress']}:{state.config['listenPort']}",
@@ -142,6 +142,8 @@ class StatusApi:
                                                     for g in health.without_master],
                    "clusters_without_writable_queues": health.clusters_without_writable_queues,
                    "clusters_stopped_cleanly": health.clusters_stopped_cleanly,
+                   # of those, the ones every broker of which unregistered (not a master restarting)
+                   "clusters_unregistered": health.clusters_unregistered,
                    "broker_groups_absent": [{"cluster": g.cluster, "broker_name": g.broker, **_absence(g)}
                                             for g in health.absent],
                    # registering and leaving again and again (flapping.py): amber, not an outage in itself

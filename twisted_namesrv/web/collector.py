@@ -157,9 +157,12 @@ class NamesrvCollector(Collector):
         """What an alert fires on (outages.py): every family is served from the first scrape, the
         counts at 0, so an alert needs no "absent()" clause."""
         health = self.health.health()
+        # the outage counts, as /api/overview gives them (RouteHealth decides once): a group or cluster
+        # stopped cleanly, or rejoining after this NameServer's restart, is not one; "> 0" paged for both
         yield GaugeMetricFamily("namesrv_broker_groups_without_master", "Broker groups known (in brokerAddrTable, "
-                                "or remembered and absent) whose master (brokerId 0) is not live",
-                                value=len(health.without_master))
+                                "or remembered and absent) whose master (brokerId 0) is not live, but those stopped "
+                                "cleanly (the group, or its master with a slave up) and those rejoining after this "
+                                "NameServer's restart: the outages", value=len(health.masterless_outages))
         master = GaugeMetricFamily("namesrv_broker_group_master_live", "1 while the broker group's master "
                                    "(brokerId 0) is live, 0 while it is not: the group has members but no live "
                                    "master, or none at all (remembered, absent)", labels=["cluster", "broker"])
@@ -177,6 +180,11 @@ class NamesrvCollector(Collector):
         master_stopped = GaugeMetricFamily("namesrv_broker_group_master_stopped_cleanly", "1 while a broker group "
                                            "has no live master because its master unregistered (a clean stop) and a "
                                            "slave is up, else 0", labels=["cluster", "broker"])
+        stopped_at = GaugeMetricFamily("namesrv_broker_group_stopped_cleanly_timestamp_seconds", "When the clean "
+                                       "stop that left the broker group without a live master was seen (Unix time): "
+                                       "its last member's unregistration, or its master's while a slave is up; a "
+                                       "series only while namesrv_broker_group_stopped_cleanly or "
+                                       "namesrv_broker_group_master_stopped_cleanly is 1", labels=["cluster", "broker"])
         members_absent = GaugeMetricFamily("namesrv_broker_group_members_absent", "Members of the broker group "
                                            "this NameServer has seen (a broker id at its last address) that are not in "
                                            "the routes now: a slave killed while its master serves on; every member "
@@ -194,12 +202,16 @@ class NamesrvCollector(Collector):
                 stopped.add_metric(labels, 1 if group.stopped_cleanly else 0)
                 master_stopped.add_metric(labels, 1 if group.master_stopped_cleanly else 0)
                 members_absent.add_metric(labels, group.members_absent)
+                stopped_cleanly_at = group.stopped_cleanly_at
+                if stopped_cleanly_at is not None:
+                    stopped_at.add_metric(labels, round(stopped_cleanly_at, 3))
             yield master
             yield absent
             yield rejoining
             yield stopped
             yield master_stopped
             yield members_absent
+            yield stopped_at
         yield Later(by_group)
         yield GaugeMetricFamily("namesrv_rejoin_window_seconds_left", "Seconds left of the restart's window for "
                                 "brokers to register again (readinessBrokerWait from the start; 0 once over)",
@@ -216,7 +228,8 @@ class NamesrvCollector(Collector):
                                   value=self.state.topology.refused)
         yield GaugeMetricFamily("namesrv_clusters_without_writable_queues", "Clusters known (in clusterAddrTable, "
                                 "or remembered) in which no broker group takes writes (a live master with a "
-                                "writable queue)", value=len(health.clusters_without_writable_queues))
+                                "writable queue), but those stopped cleanly and those rejoining after this "
+                                "NameServer's restart: the outages", value=len(health.clusters_not_writable_outages))
         writable = GaugeMetricFamily("namesrv_cluster_writable_broker_groups", "Broker groups of each cluster that "
                                      "take writes (a live master with a writable queue); 0 for a cluster whose "
                                      "groups are all absent", labels=["cluster"])
