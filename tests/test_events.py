@@ -13,6 +13,8 @@ from twisted_namesrv.events import (
     EVENTS_PER_MINUTE,
     HOST_WINDOW_SECONDS,
     LINES_FOLDED_PER_MINUTE,
+    LINES_KEPT_FOR_HOSTS,
+    LINES_PER_HOST,
     MORE,
     RECENT_EVENTS,
     RecentEvents,
@@ -122,27 +124,60 @@ def test_a_host_past_its_rows_takes_a_more_row_only_while_the_minute_has_rows():
 
 
 def test_a_flood_s_folded_lines_stop_at_the_minute_s_budget_and_are_counted():
-    """One host making audited events as fast as it can: its 20 listed and its first
-    LINES_FOLDED_PER_MINUTE folded events are logged (the callers write a line when told so), the
-    rest not, counted in ``lines_not_logged`` and on its ``more`` row; a new minute logs again.  A
-    broker whose data version changes at every registration, from a remote peer, is one row whose
-    folds are held to the same budget; a loopback one's are always logged."""
+    """One host making audited events as fast as it can: its 20 listed events are logged, and its
+    folded ones while the minute's lines are within LINES_FOLDED_PER_MINUTE but the LINES_KEPT_FOR_HOSTS
+    kept for other hosts' first lines (the callers write a line when told so); the rest not, counted in
+    ``lines_not_logged`` and on its ``more`` row, the first of them told once; a new minute logs again.
+    A broker whose data version changes at every registration, from a remote peer, is one row whose
+    folds are held to the same budget: its host's first lines from what was kept; a loopback one's are
+    always logged."""
     now = [1000.0]
-    events = RecentEvents(lambda: now[0], KeptHosts())
-    flood = EVENTS_PER_HOST + LINES_FOLDED_PER_MINUTE + 500
+    told: list[tuple[str, str]] = []
+    events = RecentEvents(lambda: now[0], KeptHosts(), lambda level, text: told.append((level, text)))
+    flood_lines = LINES_FOLDED_PER_MINUTE - LINES_KEPT_FOR_HOSTS
+    flood = EVENTS_PER_HOST + flood_lines + 500
     logged = [events.feed_event("audit", {"n": number}, "10.8.8.8:4000") for number in range(flood)]
-    assert logged == [True] * (EVENTS_PER_HOST + LINES_FOLDED_PER_MINUTE) + [False] * 500
+    assert logged == [True] * (EVENTS_PER_HOST + flood_lines) + [False] * 500
     assert events.lines_not_logged == 500
     (more,) = [e for e in events.recent if e.kind == MORE]
     assert more.info["not_logged"] == 500 and more.info["reason"].endswith(", 500 of them not logged)")
+    ((level, text),) = told
+    assert level == "warn" and "first from 10.8.8.8" in text and "namesrv_event_lines_not_logged_total" in text
     info = {"cluster": "c1", "broker": "b", "addr": "10.9.0.1:10911", "topics": 4}
     assert events.route_event("changed", info, "10.9.0.1:50000")  # its row: listed
-    assert not events.route_event("changed", info, "10.9.0.1:50000")  # a fold: the minute's lines are spent...
-    assert events.route_event("changed", info, "127.0.0.1:50000")  # ...but for this machine's own
-    assert events.lines_not_logged == 501 and [e.count for e in events.recent if e.kind == "changed"] == [3]
+    for _ in range(LINES_PER_HOST):  # its folds: its host's first lines, from what was kept...
+        assert events.route_event("changed", info, "10.9.0.1:50000")
+    assert not events.route_event("changed", info, "10.9.0.1:50000")  # ...and then no more this minute
+    assert events.route_event("changed", info, "127.0.0.1:50000")  # but for this machine's own
+    assert events.lines_not_logged == 501 and [e.count for e in events.recent if e.kind == "changed"] == [23]
+    assert len(told) == 1  # once a minute
     now[0] += HOST_WINDOW_SECONDS
     assert events.route_event("changed", info, "10.9.0.1:50000")
     assert events.feed_event("audit", {}, "10.8.8.8:4000") and events.lines_not_logged == 501
+
+
+def test_hosts_flooding_together_leave_a_quiet_host_its_first_lines():
+    """Three hosts flooding together spend the minute's lines but the LINES_KEPT_FOR_HOSTS kept:
+    a fourth, quiet host's first LINES_PER_HOST lines of that minute are still written (its events
+    fold into the ``all hosts`` row, the rows being taken), its further ones not; the lines of the
+    minute never pass LINES_FOLDED_PER_MINUTE, whatever the hosts."""
+    now = [1000.0]
+    events = RecentEvents(lambda: now[0], KeptHosts())
+    written = 0
+    for number in range(3 * LINES_FOLDED_PER_MINUTE):
+        written += events.feed_event("audit", {"n": number}, f"10.8.{number % 3}.8:4000")
+    assert written == EVENTS_PER_MINUTE + LINES_FOLDED_PER_MINUTE - LINES_KEPT_FOR_HOSTS
+    quiet = [events.feed_event("audit", {"n": number}, "10.5.5.5:4000") for number in range(LINES_PER_HOST + 5)]
+    assert quiet == [True] * LINES_PER_HOST + [False] * 5
+    assert events.request_line("10.6.6.6:4000")  # a request's own line takes its host's share too
+    written += LINES_PER_HOST + 1
+    # hosts enough to take what was kept each take their first lines, and then the minute's lines are spent
+    for host in range(LINES_KEPT_FOR_HOSTS // LINES_PER_HOST):
+        for _ in range(LINES_PER_HOST):
+            written += events.request_line(f"10.7.{host}.1:4000")
+    assert written == EVENTS_PER_MINUTE + LINES_FOLDED_PER_MINUTE
+    assert not events.request_line("10.4.4.4:4000")
+    assert events.request_line("127.0.0.1:4000")  # this machine's own: always
 
 
 def test_a_flood_of_audited_requests_writes_a_bounded_number_of_lines_and_counts_the_rest(tmp_path, monkeypatch):
@@ -153,7 +188,8 @@ def test_a_flood_of_audited_requests_writes_a_bounded_number_of_lines_and_counts
 
     from twisted_namesrv import events as events_module
 
-    monkeypatch.setattr(events_module, "LINES_FOLDED_PER_MINUTE", 30)
+    monkeypatch.setattr(events_module, "LINES_FOLDED_PER_MINUTE", 40)
+    monkeypatch.setattr(events_module, "LINES_KEPT_FOR_HOSTS", 10)
     served = Served(tmp_path)
     loop, _ = served.connect("10.9.9.9")
     with capturedLogs() as lines:
@@ -164,3 +200,47 @@ def test_a_flood_of_audited_requests_writes_a_bounded_number_of_lines_and_counts
     samples = served.scrape()
     assert value(samples, "namesrv_event_lines_not_logged_total") == 100 - EVENTS_PER_HOST - 30
     assert value(samples, "namesrv_admin_requests_total", operation="delete_kv_config", result="ok") == 100
+
+
+def test_java_s_own_lines_of_a_looped_request_are_held_to_the_events_budget(tmp_path, monkeypatch):
+    """Java's info line of each WIPE_WRITE_PERM_OF_BROKER, ADD_WRITE_PERM_OF_BROKER and applied
+    UPDATE_NAMESRV_CONFIG (which operators' scripts grep) is written as Java writes it, but a remote
+    peer's under the events' budget: a loop of them (any peer without ACL) writes its first lines,
+    then counts the rest in ``namesrv_event_lines_not_logged_total``, one warning saying so; a loopback
+    peer's line and the next minute's are written again.  Every request is still counted."""
+    from twisted.logger import capturedLogs, formatEvent
+
+    from twisted_namesrv import events as events_module
+
+    monkeypatch.setattr(events_module, "LINES_FOLDED_PER_MINUTE", 60)
+    monkeypatch.setattr(events_module, "LINES_KEPT_FOR_HOSTS", 10)
+    served = Served(tmp_path)
+    loop, _ = served.connect("10.9.9.9")
+    requests = [(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "b"}, None),
+                (RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "b"}, None),
+                (RequestCode.UPDATE_NAMESRV_CONFIG, {}, b"orderMessageEnable=true")]
+
+    def sent(times: int, proto=loop) -> list[str]:
+        with capturedLogs() as lines:
+            for opaque in range(times):
+                code, ext, body = requests[opaque % 3]
+                proto.dataReceived(RemotingCommand.request(code, ext, body, opaque=opaque, version=V5_3_3).encode())
+        return [formatEvent(line) for line in lines]
+
+    lines = sent(99)
+    java = [line for line in lines if line.startswith(("wipe write perm", "add write perm", "updateNamesrvConfig"))]
+    audit = [line for line in lines if line.startswith("audit ")]
+    # the host's first 20 requests: Java's 20 lines and 20 listed audit lines; then the two a request
+    # alternate in what is left to a host past its first 20 lines (60 - 10 kept): 15 requests more
+    assert (len(java), len(audit)) == (EVENTS_PER_HOST + 15, EVENTS_PER_HOST + 15)
+    assert [line[:4] for line in java[:3]] == ["wipe", "add ", "upda"]
+    (warning,) = [line for line in lines if "past this minute's budget" in line]
+    assert "first from 10.9.9.9" in warning
+    samples = served.scrape()
+    assert value(samples, "namesrv_event_lines_not_logged_total") == 2 * 99 - len(java) - len(audit)
+    assert value(samples, "namesrv_admin_requests_total", operation="wipe_write_perm", result="ok") == 33
+    assert value(samples, "namesrv_admin_requests_total", operation="update_namesrv_config", result="ok") == 33
+    local, _ = served.connect("127.0.0.1")
+    assert sum(line.startswith("wipe write perm") for line in sent(1, local)) == 1  # this machine's own: always
+    served.clock.advance(HOST_WINDOW_SECONDS)
+    assert sum(line.startswith("wipe write perm") for line in sent(1)) == 1  # a new minute

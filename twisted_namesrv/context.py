@@ -66,6 +66,10 @@ class NamesrvState:
     #: seconds since this start, on the steady clock (clocks.since_now): the windows counted from the
     #: start (waitSecondsForService, readinessBrokerWait) are not stretched by a wall clock stepped back
     uptime: Callable[[], float] = field(default=lambda: float("inf"))
+    #: ``request_line(peer)``: whether to write a line a request writes of its own, Java's info line of a
+    #: write-permission change or an applied config update (events.py's ``request_line``: a remote peer's
+    #: held to the events' lines a minute, past them counted, not logged); by default always
+    request_line: Callable[[str], bool] = field(default=lambda peer: True)
 
     @property
     def profile(self) -> Profile:

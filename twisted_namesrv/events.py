@@ -24,8 +24,16 @@ folded event's (a host's past its rows, a broker's "changed" folded into the one
 minute's folded lines are within LINES_FOLDED_PER_MINUTE.  Past them a peer making events as fast as
 it can no longer writes a line each (3,000 lines a second filled a 128 MB log file every few minutes
 and pushed every earlier line out of the rotation): those are counted in ``lines_not_logged``
-(``namesrv_event_lines_not_logged_total``), and the ``more`` row says how many of its own were not
-logged.
+(``namesrv_event_lines_not_logged_total``), the ``more`` row says how many of its own were not
+logged, and the first line of the minute past the budget is told once (``told``: one warning).  A
+line a remote peer's request writes of its own (Java's info line of each WIPE_WRITE_PERM_OF_BROKER,
+ADD_WRITE_PERM_OF_BROKER and applied UPDATE_NAMESRV_CONFIG, which operators' scripts grep) is held
+to the same budget (``request_line``): one rule (``_line``) for every peer line past the listed ones.
+
+The budget is the server's, shared fairly: a host's first LINES_PER_HOST lines a minute may take the
+whole LINES_FOLDED_PER_MINUTE, its further lines only all but LINES_KEPT_FOR_HOSTS of it.  Hosts
+flooding together so spend at most the rest, and a quiet host's first lines of that minute are still
+written from what is kept, until LINES_KEPT_FOR_HOSTS / LINES_PER_HOST hosts (50) have taken theirs.
 """
 
 from __future__ import annotations
@@ -54,6 +62,10 @@ ALL_HOSTS = "all hosts"
 #: (``lines_not_logged``) and not logged.  A listed event is always logged: at most EVENTS_PER_MINUTE +
 #: LINES_FOLDED_PER_MINUTE lines a minute come from peers' events (about 30 KB a second at most)
 LINES_FOLDED_PER_MINUTE = 6_000
+#: a host's lines a minute (past its listed events) that may take the whole LINES_FOLDED_PER_MINUTE; its
+#: further lines stop LINES_KEPT_FOR_HOSTS short of it, kept for the other hosts' first lines
+LINES_PER_HOST = 20
+LINES_KEPT_FOR_HOSTS = 1_000
 #: the minute events are counted over (wall-clock seconds; a clock stepped back starts anew)
 HOST_WINDOW_SECONDS = 60.0
 #: hosts counted in one minute; further hosts of that minute count as one, OTHER_HOSTS
@@ -95,8 +107,12 @@ def broker_key(info: dict[str, Any]) -> tuple[Any, Any, Any]:
 class RecentEvents:
     """The last RECENT_EVENTS events, oldest first, and the sequence number of the last one."""
 
-    def __init__(self, clock: Callable[[], float], hosts: KeptHosts) -> None:
+    def __init__(self, clock: Callable[[], float], hosts: KeptHosts,
+                 told: Callable[[str, str], None] | None = None) -> None:
         self.clock = clock
+        #: ``told(level, text)``: the line that says, once a minute, that the budget's lines are spent
+        #: (service.said); None: not told
+        self.told = told
         #: the host each peer and broker address counts under: the server's one table (service.build)
         self.hosts = hosts
         self.recent: deque[RouteEvent] = deque(maxlen=RECENT_EVENTS)
@@ -113,6 +129,11 @@ class RecentEvents:
         #: rows the hosts listed this minute (EVENTS_PER_MINUTE), and folded events' lines (LINES_FOLDED_PER_MINUTE)
         self._rows = 0
         self._folded_lines = 0
+        #: each host's lines this minute past its listed events (LINES_PER_HOST), its peers' requests' own
+        #: lines too; at most HOSTS_COUNTED hosts, the rest as OTHER_HOSTS
+        self._lines: dict[str, int] = {}
+        #: whether this minute's first line past the budget was told (``told``)
+        self._told_past = False
         #: folded events whose log line was not written (namesrv_event_lines_not_logged_total)
         self.lines_not_logged = 0
         #: each broker (``broker_key``) registered this run -> the host of the connection that registered it
@@ -165,7 +186,7 @@ class RecentEvents:
             return True
         if host is _UNSEEN:
             host = self.hosts.peer(source)
-        return host is None or self._line_of_fold(now)
+        return host is None or self._line(host, now)  # type: ignore[arg-type]
 
     def feed_event(self, kind: str, info: dict[str, Any], source: str | None = None) -> bool:
         """An event that is no route event (an audited request, a restart): kept with the route
@@ -181,6 +202,14 @@ class RecentEvents:
             self._append(event)
             return True
         return logged
+
+    def request_line(self, source: str) -> bool:
+        """Whether to write a line a peer's request writes of its own (Java's info line of a write-permission
+        change or an applied config update), beside its audit event: a loopback peer's always; a remote
+        one's under the folded lines' budget (``_line``), past it counted in ``lines_not_logged``.
+        ``source``: the peer, ``host:port``."""
+        host = self.hosts.peer(source)
+        return host is None or self._line(host, self.clock())
 
     def _host_of_route_event(self, kind: str, info: dict[str, Any], source: str | None) -> str | None:
         """The host a route event counts against: the peer whose request raised it; for a departure
@@ -201,9 +230,8 @@ class RecentEvents:
         all hosts' EVENTS_PER_MINUTE this minute.  Else it is folded into its host's ``more`` event, or
         ALL_HOSTS' once the minute's rows are taken (made the newest, numbered anew, as a folded
         "changed" is: its count and kinds, and how many were not logged), and the answer is whether its
-        log line is written (``_line_of_fold``'s rule, here without a call: a big cluster's start
-        registers past the minute's rows, each one through here)."""
-        now = event.ts
+        log line is written (``_line``)."""
+        now, origin = event.ts, host
         if not self._window <= now < self._window + HOST_WINDOW_SECONDS:  # a new minute (or the clock stepped back)
             self._new_minute(now)
         listed = self._listed.get(host)
@@ -221,14 +249,15 @@ class RecentEvents:
         elif more is None:  # within its own rows past all hosts', or its ``more`` row with no row left
             host = ALL_HOSTS
             more = self._more.get(host)
-        self._folded_lines += 1
-        logged = self._folded_lines <= LINES_FOLDED_PER_MINUTE
-        if not logged:
-            self.lines_not_logged += 1
+        logged = self._line(origin, now)  # its own host's share, whichever row it folds into
         kinds: dict[str, int] = {}
         count, not_logged = 1, 0 if logged else 1
         if more is not None:
-            self._drop(more)
+            recent = self.recent
+            if recent and recent[-1] is more:  # the newest, as in a flood (or a big cluster's start): no search
+                recent.pop()
+            else:
+                self._drop(more)
             kinds = more.info["kinds"]
             count, not_logged = more.count + 1, more.info.get("not_logged", 0) + (0 if logged else 1)
         kinds[event.kind] = kinds.get(event.kind, 0) + 1
@@ -249,16 +278,32 @@ class RecentEvents:
 
     def _new_minute(self, now: float) -> None:
         self._window, self._listed, self._more, self._rows, self._folded_lines = now, {}, {}, 0, 0
+        self._lines, self._told_past = {}, False
 
-    def _line_of_fold(self, now: float) -> bool:
-        """Whether a folded event's log line is written: within the minute's LINES_FOLDED_PER_MINUTE;
-        else it is counted in ``lines_not_logged``."""
-        if not self._window <= now < self._window + HOST_WINDOW_SECONDS:
+    def _line(self, host: str, now: float) -> bool:
+        """The one rule of a remote host's line past its listed events (a folded event's, a request's own):
+        written while the minute's lines are within LINES_FOLDED_PER_MINUTE, or, past the host's first
+        LINES_PER_HOST of the minute, within all but LINES_KEPT_FOR_HOSTS of it (the other hosts' share).
+        Else counted in ``lines_not_logged``; the minute's first such line is told once."""
+        if not self._window <= now < self._window + HOST_WINDOW_SECONDS:  # a new minute (or the clock stepped back)
             self._new_minute(now)
-        self._folded_lines += 1
-        if self._folded_lines <= LINES_FOLDED_PER_MINUTE:
+        lines = self._lines
+        counted = lines.get(host)
+        if counted is None and len(lines) >= HOSTS_COUNTED:
+            host, counted = OTHER_HOSTS, lines.get(OTHER_HOSTS)
+        counted = lines[host] = (counted or 0) + 1
+        written = self._folded_lines
+        if written < LINES_FOLDED_PER_MINUTE - (0 if counted <= LINES_PER_HOST else LINES_KEPT_FOR_HOSTS):
+            self._folded_lines = written + 1
             return True
         self.lines_not_logged += 1
+        if not self._told_past and self.told is not None:
+            self._told_past = True
+            shared = LINES_FOLDED_PER_MINUTE - LINES_KEPT_FOR_HOSTS
+            self.told("warn", f"peers' event and request lines past this minute's budget ({written:,} written; "
+                              f"{LINES_FOLDED_PER_MINUTE:,} a minute, {shared:,} for a host's lines past its first "
+                              f"{LINES_PER_HOST}), first from {host}: the rest of the minute's are counted in "
+                              "namesrv_event_lines_not_logged_total, not logged")
         return False
 
     def _append(self, event: RouteEvent) -> None:

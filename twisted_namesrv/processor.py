@@ -612,15 +612,17 @@ def register_topic_in_namesrv(state: NamesrvState, request: RemotingCommand, pee
 
 def wipe_write_perm_of_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     count = state.routes.wipe_write_perm_of_broker(request.ext.get("brokerName"))
-    log.info("wipe write perm of broker[{broker}], client: {peer}, {count}", broker=request.ext.get("brokerName"),
-             peer=peer.address, count=count)
+    if state.request_line(peer.address):  # Java's line, held to the events' budget (any peer may loop it)
+        log.info("wipe write perm of broker[{broker}], client: {peer}, {count}",
+                 broker=request.ext.get("brokerName"), peer=peer.address, count=count)
     return respond(state, request, ext={"wipeTopicCount": str(count)})
 
 
 def add_write_perm_of_broker(state: NamesrvState, request: RemotingCommand, peer: Peer) -> RemotingCommand:
     count = state.routes.add_write_perm_of_broker(request.ext.get("brokerName"))
-    log.info("add write perm of broker[{broker}], client: {peer}, {count}", broker=request.ext.get("brokerName"),
-             peer=peer.address, count=count)
+    if state.request_line(peer.address):  # Java's line, held to the events' budget (any peer may loop it)
+        log.info("add write perm of broker[{broker}], client: {peer}, {count}",
+                 broker=request.ext.get("brokerName"), peer=peer.address, count=count)
     return respond(state, request, ext={"addTopicCount": str(count)})
 
 
@@ -802,13 +804,16 @@ def update_namesrv_config(state: NamesrvState, request: RemotingCommand,
 
     def saved(error: StoreError | None) -> None:
         state.config.saved(error)
+        written = state.request_line(peer.address)  # Java's line, held to the events' budget (any peer may loop it)
         if error is not None:  # Java's way: applied, the failed save logged (and here counted by the store)
-            log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: {error}",
-                     peer=peer.address, props=clipped(masked(props)), error=str(error))
+            if written:
+                log.warn("updateNamesrvConfig from {peer}: {props} applied in memory only, until the restart: "
+                         "{error}", peer=peer.address, props=clipped(masked(props)), error=str(error))
             answer.callback(respond(state, request, remark=f"applied in memory only, until the restart: {error}"))
             return
         # clipped as the audit event is: a body of 64 KiB of keys, any peer's without ACL, was a 50 KB line
-        log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=clipped(masked(props)))
+        if written:
+            log.info("updateNamesrvConfig from {peer}: {props}", peer=peer.address, props=clipped(masked(props)))
         answer.callback(respond(state, request))
     state.save_config(saved)  # off the reactor thread: any peer may send it (state/store.py's SavesOfNewest)
     return answer

@@ -233,10 +233,13 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     hosts = KeptHosts()  # the host each peer counts under, for the topology's bound and the page's
     topology = Topology(seconds, hosts)
     uptime = since_now(steady)
+    # the page's events, and the one budget of peers' event and request lines a minute (events.py)
+    events = RecentEvents(seconds, hosts, said)
     state = NamesrvState(config, routes, kv, answers, seconds, Refusals(), budget, topology, seconds(),
-                         config_saves.save, BuildsApart(clock, budget).build, acl=acl, uptime=uptime)
+                         config_saves.save, BuildsApart(clock, budget).build, acl=acl, uptime=uptime,
+                         request_line=events.request_line)
     # the 10 minutes a departure and its lost topics are kept: on the steady clock (clocks.py)
-    events, departed = RecentEvents(seconds, hosts), DepartedBrokers(seconds, steady)
+    departed = DepartedBrokers(seconds, steady)
     lost = LostTopics(seconds, steady=steady)
     flaps = FlapWatch(seconds, steady, flapping_told(events))
     # a reactor that did not run for a while (SIGSTOP, a paused VM): its line, counters and page event

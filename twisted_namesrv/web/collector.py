@@ -331,9 +331,10 @@ class NamesrvCollector(Collector):
             lost.add_metric([error], self.metrics.log_lines_lost[error])
         yield lost
         yield CounterMetricFamily("namesrv_event_lines_not_logged", "Log lines of peers' route and audit events "
-                                  "not written because the minute's folded events (past a host's 20 rows a minute, "
-                                  "or all hosts' 60) already had their 6,000 lines: a peer making events as fast as "
-                                  "it can; each one is still counted by its own metric",
+                                  "(and Java's own lines of their write-permission and config updates) not written "
+                                  "because the minute's lines past the listed events (a host's 20 rows a minute, all "
+                                  "hosts' 60) already were 6,000 (5,000 for a host past its first 20 lines): a peer "
+                                  "making events as fast as it can; each one is still counted by its own metric",
                                   value=self.seen.events.lines_not_logged)
         yield CounterMetricFamily("namesrv_systemd_watchdog_failures", "WATCHDOG=1 messages systemd could not be "
                                   "sent (WatchdogSec; NOTIFY_SOCKET gone or refused): the first of a run is one "
