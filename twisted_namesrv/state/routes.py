@@ -71,7 +71,7 @@ from .registration import (
     write_off_by_design,
 )
 from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
-from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer, todo_of, write_staged
+from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer, PermChanged, todo_of, write_staged
 from .settling import Staged as StagedEntries
 
 #: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms, 4.9.8 and 5.3.3): a broker silent this long
@@ -171,7 +171,7 @@ class _Pending:
     committed through a Settling when it ends), and its events, published by ``_one_change``."""
 
     __slots__ = ("collect", "dirty", "topics", "brokers", "everything", "staged", "staged_group", "staged_entries",
-                 "emptied", "events", "earlier")
+                 "emptied", "events", "earlier", "perm")
 
     def __init__(self, collect: bool) -> None:
         self.collect = collect
@@ -187,6 +187,9 @@ class _Pending:
         self.events: list[Departure] = []
         #: events of earlier changes whose layers were written during this one: handed over first
         self.earlier: list[Departure] = []
+        #: a group whose queue permission changed on every topic holding it, with the change and
+        #: whether it took the write bit off (wipe): committed as a PermChanged layer
+        self.perm: tuple[str, Callable[[int], int], bool] | None = None
 
     def change(self) -> RouteChange:
         if not self.collect:
@@ -539,6 +542,12 @@ class RouteInfoManager:
                 pending.events = []
             else:
                 layer = Departed(self._table, pending.emptied, _lost_with)
+            for pending_layer in self._layers:  # its walk finds a group that left: nothing to count
+                if isinstance(pending_layer, PermChanged) and pending_layer.group in pending.emptied:
+                    pending_layer.flipped = None
+        elif pending.perm:
+            group, new_perm, wipe = pending.perm
+            layer = PermChanged(self._table, group, new_perm, functools.partial(self._wiped, group) if wipe else None)
         if layer is not None:
             self._layers.append(layer)
         if pending.dirty:
@@ -1316,17 +1325,37 @@ class RouteInfoManager:
     # -- administration ---------------------------------------------------------------------
     @_one_change
     def wipe_write_perm_of_broker(self, broker_name: str | None) -> int:
-        return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
+        return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE, wipe=True)
 
     @_one_change
     def add_write_perm_of_broker(self, broker_name: str | None) -> int:
-        return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE)
+        return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE, wipe=False)
 
-    def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
+    def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int], wipe: bool) -> int:
+        """Java's answer (how many topics hold the group's queues) is topicsOfGroup's count; the
+        change itself is a PermChanged layer, written in slices (state/settling.py): any peer may
+        send it (no ACL), and a walk of a million topics in one turn held every lookup; a group
+        no topic holds is not walked for.  The write-bit counts are set now, as every entry of the
+        group will have the bit (add) or lack it (wipe); the entries a wipe seals on a topic
+        without the bit by design are counted as the walk meets them (``_wiped``)."""
         self._forget_tables()
-        count = self._change_perm(broker_name, change)
         self._broker_changed(broker_name)
+        count = self.topicsOfGroup.get(broker_name, 0)  # type: ignore[arg-type]
+        if not count:
+            return 0
+        name: str = broker_name  # type: ignore[assignment]
+        if wipe:
+            self.writableOfGroup.pop(name, None)
+        else:
+            self.writableOfGroup[name] = count
+            self.sealedOfGroup.pop(name, None)
+        self._pending.perm = (name, change, wipe)  # type: ignore[union-attr]
         return count
+
+    def _wiped(self, group: str, topic: str, old: QueueData, new: QueueData) -> None:
+        """The walk of a wipe took the write bit off ``old``: sealed by design, it now counts so."""
+        if old.perm & PERM_WRITE and not new.perm & PERM_WRITE and self._sealed_by_design(topic, group):
+            self._count_in(self.sealedOfGroup, group, 1)
 
     def _change_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
         """Every topic's QueueData of ``broker_name`` with ``change(perm)``: replaced, as many topics
