@@ -246,7 +246,7 @@ class BrokerLiveInfo(msgspec.Struct):
 #: the six tables, in RouteInfoManager's order: topicQueueTable, brokerAddrTable, clusterAddrTable,
 #: brokerLiveTable, filterServerTable, topicQueueMappingInfoTable (``restore``)
 RouteTables = tuple[dict[str, dict[str, QueueData]], dict[str, BrokerData], dict[str, dict[str, None]],
-                    dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str]], dict[str, dict[str, Any]]]
+                    dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str | None]], dict[str, dict[str, Any]]]
 
 
 class RegisterBrokerResult(msgspec.Struct):
@@ -287,7 +287,7 @@ class RouteData:
 
     queueDatas: list[QueueData]
     brokerDatas: list[BrokerData]
-    filterServerTable: dict[str, list[str]] = field(default_factory=dict)
+    filterServerTable: dict[str, list[str | None]] = field(default_factory=dict)
     topicQueueMappingByBroker: dict[str, Any] | None = None
 
 
@@ -327,7 +327,7 @@ class RouteInfoManager:
         self.brokerAddrTable: dict[str, BrokerData] = {}
         self.clusterAddrTable: dict[str, dict[str, None]] = {}  # an insertion-ordered set
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
-        self.filterServerTable: dict[LiveKey, list[str]] = {}
+        self.filterServerTable: dict[LiveKey, list[str | None]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
         #: what the limits count, kept as the tables change (``_count_queue``, ``recount``): the
         #: topics holding each broker group's queues, all of topicQueueTable's (topic, group)
@@ -1013,7 +1013,7 @@ class RouteInfoManager:
                            for info in held.values()
                            for text in (topic, info.get("topic"), info.get("bname"), info.get("scope"))), longest)
 
-    def _check_filter_servers(self, servers: list[str], longest: int) -> None:
+    def _check_filter_servers(self, servers: list[str | None], longest: int) -> None:
         """RegistrationRefused when a broker lists more filter servers than a registration may, or
         one's address passes maxNameLength."""
         if len(servers) > FILTER_SERVERS_MAX:
@@ -1398,7 +1398,7 @@ class RouteInfoManager:
             return None
         names = self.group_order(queues)
         brokers = self.route_brokers(topic, queues, names)  # type: ignore[arg-type]
-        filter_servers: dict[str, list[str]] = {}
+        filter_servers: dict[str, list[str | None]] = {}
         if self.filterServerTable:  # (a look-up an address only when any broker has filter servers)
             for clone in brokers:
                 for addr in clone.brokerAddrs.values():
