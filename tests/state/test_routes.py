@@ -800,3 +800,27 @@ def test_a_write_perm_change_is_seen_whole_at_once_and_written_a_slice_a_step(pr
     assert set(perms(routes).values()) == {4} and set(perms(routes, "broker-b").values()) == {6}
     assert routes.add_write_perm_of_broker("broker-a") == 1000 and routes.writableOfGroup["broker-a"] == 1000
     assert set(perms(routes).values()) == {6}
+
+
+def test_an_acting_master_groups_master_loss_wipes_write_perm_without_a_walk_in_its_turn(monkeypatch):
+    """5.3.3 takes the write bit off a masterless acting-master group on every topic: any peer
+    registers such a group and unregisters its master (no ACL), so that walk too is a layer,
+    seen whole at once and written a slice a step."""
+    monkeypatch.setattr(settling, "WALK_PER_STEP", 100)
+    routes, _ = manager(V5)
+    names = tuple(f"T{i}" for i in range(500))
+    register(routes, addr=MASTER_A, channel=1, acting=True, topics=names)
+    register(routes, addr=SLAVE_A, broker_id=1, channel=2, acting=True, topics=names)
+    routes.on_settle = lambda: None
+    routes.write_at_once = 0
+    table = routes.topicQueueTable = _Walked(routes.topicQueueTable)
+    routes.on_channel_destroy(1)
+    assert table.visited == 0
+    assert routes.queues_of("T9")["broker-a"].perm == 4  # type: ignore[index]
+    assert routes.writableOfGroup.get("broker-a") is None
+    walks = []
+    for _ in routes.settle_steps():
+        walks.append(table.visited)
+        table.visited = 0
+    assert max(walks) <= 100 and sum(walks) == 500
+    assert set(perms(routes).values()) == {4}

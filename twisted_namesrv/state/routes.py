@@ -187,9 +187,9 @@ class _Pending:
         self.events: list[Departure] = []
         #: events of earlier changes whose layers were written during this one: handed over first
         self.earlier: list[Departure] = []
-        #: a group whose queue permission changed on every topic holding it, with the change and
-        #: whether it took the write bit off (wipe): committed as a PermChanged layer
-        self.perm: tuple[str, Callable[[int], int], bool] | None = None
+        #: groups whose queue permission changed on every topic holding them, each with the change
+        #: and whether it took the write bit off (wipe): committed as PermChanged layers, in order
+        self.perm: list[tuple[str, Callable[[int], int], bool]] = []
 
     def change(self) -> RouteChange:
         if not self.collect:
@@ -528,6 +528,15 @@ class RouteInfoManager:
         every subscriber in order, write a layer in at once when it is small and nothing is before
         it, then hand over the events in order: now, or once the layers before them are written (a
         departure's, once its lost topics are found)."""
+        for group, new_perm, wipe in pending.perm:  # made before what the change staged or emptied
+            if group in pending.emptied:
+                continue  # it left later in the change: its queues go whole (Departed)
+            perm_layer = PermChanged(self._table, group, new_perm,
+                                     functools.partial(self._wiped, group) if wipe else None)
+            if not self._layers and len(perm_layer) <= self.write_at_once:
+                perm_layer.finish()  # few, none before: at once
+            else:
+                self._layers.append(perm_layer)
         waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
         layer: Layer | None = None
         if pending.staged:
@@ -545,9 +554,6 @@ class RouteInfoManager:
             for pending_layer in self._layers:  # its walk finds a group that left: nothing to count
                 if isinstance(pending_layer, PermChanged) and pending_layer.group in pending.emptied:
                     pending_layer.flipped = None
-        elif pending.perm:
-            group, new_perm, wipe = pending.perm
-            layer = PermChanged(self._table, group, new_perm, functools.partial(self._wiped, group) if wipe else None)
         if layer is not None:
             self._layers.append(layer)
         if pending.dirty:
@@ -1301,7 +1307,7 @@ class RouteInfoManager:
             return
         if min(broker.brokerAddrs) > 0:
             self._forget_tables()
-            self._change_perm(broker.brokerName, lambda perm: perm & ~PERM_WRITE)
+            self._perm_changed(broker.brokerName, lambda perm: perm & ~PERM_WRITE, wipe=True)
         if was_min and self.notify_min_broker_id_changed:
             self._notify_min_broker_id(broker.brokerAddrs, offline_addr, None)
 
@@ -1340,6 +1346,11 @@ class RouteInfoManager:
         without the bit by design are counted as the walk meets them (``_wiped``)."""
         self._forget_tables()
         self._broker_changed(broker_name)
+        return self._perm_changed(broker_name, change, wipe)
+
+    def _perm_changed(self, broker_name: str | None, change: Callable[[int], int], wipe: bool) -> int:
+        """Inside a change: every topic's queue data of the group with ``change(perm)``, committed
+        as a PermChanged layer; how many topics hold the group (none: nothing to walk for)."""
         count = self.topicsOfGroup.get(broker_name, 0)  # type: ignore[arg-type]
         if not count:
             return 0
@@ -1349,32 +1360,13 @@ class RouteInfoManager:
         else:
             self.writableOfGroup[name] = count
             self.sealedOfGroup.pop(name, None)
-        self._pending.perm = (name, change, wipe)  # type: ignore[union-attr]
+        self._pending.perm.append((name, change, wipe))  # type: ignore[union-attr]
         return count
 
     def _wiped(self, group: str, topic: str, old: QueueData, new: QueueData) -> None:
         """The walk of a wipe took the write bit off ``old``: sealed by design, it now counts so."""
         if old.perm & PERM_WRITE and not new.perm & PERM_WRITE and self._sealed_by_design(topic, group):
             self._count_in(self.sealedOfGroup, group, 1)
-
-    def _change_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
-        """Every topic's QueueData of ``broker_name`` with ``change(perm)``: replaced, as many topics
-        share one, by replacements shared the same way; how many topics hold one."""
-        self.settle_now()  # edited in place
-        count = 0
-        replaced: dict[QueueData, QueueData] = {}
-        for topic, queues in self._table.items():
-            queue = queues.get(broker_name)  # type: ignore[arg-type]
-            if queue is not None:
-                new = replaced.get(queue)
-                if new is None:
-                    new = replaced[queue] = queue.with_perm(change(queue.perm))
-                queues[broker_name] = new  # type: ignore[index]
-                count += 1
-                if (queue.perm ^ new.perm) & PERM_WRITE:
-                    self._count_writes(topic, broker_name, queue, -1)  # type: ignore[arg-type]
-                    self._count_writes(topic, broker_name, new, 1)  # type: ignore[arg-type]
-        return count
 
     @_one_change
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
