@@ -127,6 +127,18 @@ def test_no_planted_secret_reaches_any_output(planted_setup, launcher):
                          RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RequestCode.GET_KVLIST_BY_NAMESPACE):
                 answer = client.call(code, {"namespace": "n"})
                 seen[f"answer {code}"] = repr(answer) + bytes(answer.body or b"").decode("utf-8", "replace")
+            # the KV reads answer any peer, as Java's do (docs/security.md): no secret the server
+            # holds is a KV value, under any namespace or key a peer may guess
+            anyone, names = NamesrvClient(f"127.0.0.1:{port}", 10), [*sorted(SECRET_KEYS), "db.password"]
+            try:
+                for namespace in ("ORDER_TOPIC_CONFIG", "n", "NAMESRV_CONFIG", *names):
+                    answer = anyone.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": namespace})
+                    seen[f"KV list {namespace}"] = repr(answer) + bytes(answer.body or b"").decode("utf-8", "replace")
+                    for key in ("k", *names):
+                        answer = anyone.call(RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key})
+                        seen[f"KV {namespace} {key}"] = repr(answer)
+            finally:
+                anyone.close()
         finally:
             client.close()
         admin_out, admin_err = io.StringIO(), io.StringIO()

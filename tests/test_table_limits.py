@@ -28,7 +28,8 @@ from twisted_namesrv.bodies.route import DataVersion, QueueData
 from twisted_namesrv.budget import MemoryBudget
 from twisted_namesrv.remoting import RequestCode, ResponseCode, fastjson
 from twisted_namesrv.remoting.codes import V4_9_8
-from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, ORDER_TOPIC_CONFIG_MAX_BYTES
+from twisted_namesrv.state.config import KEYS_BY_NAME, ConfigError, NamesrvConfig
+from twisted_namesrv.state.kv import NAMESPACE_ORDER_TOPIC_CONFIG
 from twisted_namesrv.state.routes import FILTER_SERVERS_MAX
 from twisted_namesrv.state.snapshot import export_routes, import_routes
 
@@ -402,18 +403,38 @@ def test_the_order_topic_config_handed_to_every_broker_is_bounded_on_its_own(tmp
     """5.x answers each broker's registration and heartbeat with the whole ORDER_TOPIC_CONFIG
     namespace.  Before, any peer (no ACL) could put 10,400 order topics within maxKvBytes (8 MiB), and
     every registration answer, to every broker every 30 s, was 8,049,611 bytes.  The namespace is now
-    held to ORDER_TOPIC_CONFIG_MAX_BYTES (1 MiB) of its own: a put past it is refused as maxKvBytes
-    refuses (max_kv_bytes, nothing changed), so an answer carries at most that."""
+    held to maxOrderTopicConfigBytes (1 MiB by default) of its own: a put past it is refused as
+    maxKvBytes refuses (max_kv_bytes, nothing changed), so an answer carries at most that."""
+    bound = KEYS_BY_NAME["maxOrderTopicConfigBytes"].default
+    assert bound == 1 << 20
     entries = {f"T{n:07d}" + "x" * 100: "broker-a:8;" * 60 for n in range(1354)}  # 774 bytes each: 1 MiB
     (tmp_path / "kvConfig.json").write_text(json.dumps({"configTable": {NAMESPACE_ORDER_TOPIC_CONFIG: entries}}))
     ns = Namesrv(tmp_path, "5.3.3")
     size = ns.state.kv.bounded[NAMESPACE_ORDER_TOPIC_CONFIG]
-    assert size == len(fastjson.dumps_stored(entries)) <= ORDER_TOPIC_CONFIG_MAX_BYTES
+    assert size == len(fastjson.dumps_stored(entries)) <= bound
     put = {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "TNext", "value": "broker-a:8;" * 60}
     with capturedLogs() as events:
         answer = ns.call(RequestCode.PUT_KV_CONFIG, put)
     assert answer.code == ResponseCode.SYSTEM_ERROR and "over the 1048576 it may hold" in answer.remark
     assert ns.state.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, "TNext") is None
     assert [e["refused"] for e in events if "refused" in e] == ["max_kv_bytes"]
-    assert len(ns.register().body) < ORDER_TOPIC_CONFIG_MAX_BYTES + 100
+    assert len(ns.register().body) < bound + 100
     assert ns.call(RequestCode.PUT_KV_CONFIG, {**put, "namespace": "OTHER"}).code == ResponseCode.SUCCESS
+
+
+def test_the_order_topic_config_bound_is_a_key_checked_at_start(tmp_path):
+    """maxOrderTopicConfigBytes, as the other limits are keys: a cluster with more order topics than
+    the default's 17,000 raises it (before, a constant: not served at all); 0 leaves the namespace to
+    maxKvBytes alone (a bound over maxKvBytes is never reached: a maxKvBytes lowered below the
+    default's 1 MiB starts as before); a value that is no count stops the start."""
+    (tmp_path / "small").mkdir(), (tmp_path / "unbound").mkdir()
+    ns = Namesrv(tmp_path / "small", "5.3.3", maxOrderTopicConfigBytes=300)
+    put = {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "T1", "value": "broker-a:8;" * 30}
+    answer = ns.call(RequestCode.PUT_KV_CONFIG, put)
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "over the 300 it may hold" in answer.remark
+    assert ns.call(RequestCode.PUT_KV_CONFIG, {**put, "value": "broker-a:8"}).code == ResponseCode.SUCCESS
+    unbound = Namesrv(tmp_path / "unbound", "5.3.3", maxOrderTopicConfigBytes=0, maxKvBytes=2000)
+    assert unbound.call(RequestCode.PUT_KV_CONFIG, {**put, "value": "broker-a:8;" * 100}).code == ResponseCode.SUCCESS
+    assert NamesrvConfig({"maxKvBytes": 2000})["maxOrderTopicConfigBytes"] == 1 << 20
+    with pytest.raises(ConfigError, match=r"maxOrderTopicConfigBytes: -1 is out of range \(at least 0\)"):
+        NamesrvConfig({"maxOrderTopicConfigBytes": -1})

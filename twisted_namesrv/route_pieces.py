@@ -54,7 +54,7 @@ class RoutePieces:
         self.bytes = 0
 
     def body(self, queue_datas: Sequence[QueueData], broker_datas: Sequence[BrokerData],
-             filter_server_table: dict[str, list[str]], order_topic_conf: str | None,
+             filter_server_table: dict[str, list[str | None]], order_topic_conf: str | None,
              queue_mapping_by_broker: dict[str, Any] | None, v5: bool, standard: bool, groups: int) -> bytes:
         """``fastjson.dumps_bytes(topic_route_bean(...), standard)``, joined of kept pieces;
         ``groups``: how many groups the tables hold (the pieces' bound)."""
@@ -78,7 +78,7 @@ class RoutePieces:
         return brokers, queues
 
     @staticmethod
-    def join(brokers: Sequence[bytes], queues: Sequence[bytes], filter_server_table: dict[str, list[str]],
+    def join(brokers: Sequence[bytes], queues: Sequence[bytes], filter_server_table: dict[str, list[str | None]],
              order_topic_conf: str | None, queue_mapping_by_broker: dict[str, Any] | None, v5: bool,
              standard: bool) -> bytes:
         """The body of these pieces (``pieces_of``'s, in the route's order)."""

@@ -70,7 +70,7 @@ from .state.acl import RELOAD_INTERVAL_SECONDS, AccessControl, AclConfigError
 from .state.config import ConfigError, NamesrvConfig
 from .state.costly import KeepTimers
 from .state.hosts import KeptHosts, host_port
-from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, ORDER_TOPIC_CONFIG_MAX_BYTES, KVConfigError, KVConfigManager
+from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigError, KVConfigManager
 from .state.routes import RouteInfoManager
 from .state.store import Save, Saved, SavesOfNewest, StoreError, unwritable
 from .state.topology import Topology
@@ -218,8 +218,10 @@ def build(config: NamesrvConfig, clock: interfaces.IReactorTime, notifier=None,
     # written again while its file is missing (a data directory removed, a disk full meanwhile): every
     # failure counted, said once a spell by NamesrvService.check_data_dirs, not a line every 5 s
     counted = store_refusal(metrics.store_failures, quiet=True)
+    # ORDER_TOPIC_CONFIG, which 5.x hands to every broker whole, bounded on its own (0: by maxKvBytes alone)
+    order_bound = int(config["maxOrderTopicConfigBytes"])
     kv = KVConfigManager(saved_by(kv_file, refused), lambda: config["maxKvBytes"],
-                         {NAMESPACE_ORDER_TOPIC_CONFIG: ORDER_TOPIC_CONFIG_MAX_BYTES}, saved_by(kv_file, counted))
+                         {NAMESPACE_ORDER_TOPIC_CONFIG: order_bound} if order_bound else {}, saved_by(kv_file, counted))
     kv.load(kv_path)
     _say_what_was_read(config, kv, kv_path)
     steady = steady_seconds(clock)  # heartbeats, windows and counts: no clock step (clocks.py)

@@ -17,7 +17,7 @@ from twisted_namesrv.bodies.register import (
     decode_register_body,
     encode_register_body,
 )
-from twisted_namesrv.bodies.route import DataVersion
+from twisted_namesrv.bodies.route import DataVersion, topic_route_bean
 from twisted_namesrv.remoting import (
     FrameDecoder,
     RemotingCommand,
@@ -451,6 +451,26 @@ class TestRegisterBody:
                 b'{"A":{"topicName":"A","perm":6},"B":{"topicName":"","perm":6}}},"filterServerList":[]}')
         table = decode_register_body(body, False, V4_9_8).topicConfigTable
         assert [config.topicName for config in table.values()] == ["A", "B"]
+
+    #: Java 4.9.8's route answer (filterServerTable) after a registration listing each entry alone
+    JAVA_FILTER_SERVERS = [(b"null", None), (b"1.50", "1.50"), (b"7", "7"), (b"-0", "-0"), (b"1E+3", "1E+3"),
+                           (b"true", "true"), (b'{"b":1,"a":null,"c":[1,2]}', '{"b":1,"c":[1,2]}'),
+                           (b'[3,"x"]', '[3,"x"]'), (b'"s"', "s"), (b"12345678901234567890", "12345678901234567890")]
+
+    @pytest.mark.parametrize("lenient", [False, True])
+    def test_filter_servers_that_are_not_strings_are_read_as_java_reads_them(self, lenient: bool) -> None:
+        """fastjson fills RegisterBrokerBody's List<String> as a String field: a number's literal
+        text, an object's JSON, null kept (``str()`` stored ``None`` and ``1.5``).  ``lenient``:
+        a body only the general path reads (a string where a number belongs)."""
+        listed = b",".join(raw for raw, _ in self.JAVA_FILTER_SERVERS)
+        perm = b'"6"' if lenient else b"6"
+        body = (b'{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1,"timestamp":2},"topicConfigTable":'
+                b'{"A":{"topicName":"A","perm":' + perm + b'}}},"filterServerList":[' + listed + b"]}")
+        decoded = decode_register_body(body, False, V4_9_8)
+        assert decoded.filterServerList == [java for _, java in self.JAVA_FILTER_SERVERS]
+        route = fastjson.dumps_bytes(topic_route_bean((), (), {"127.0.0.1:11000": decoded.filterServerList[:1]},
+                                                      None, None, False))
+        assert b'"filterServerTable":{"127.0.0.1:11000":[null]}' in route  # Java's answer for [null]
 
     def test_zip_bomb_is_refused(self) -> None:
         bomb = zlib.compress(b"\0" * (8 * 1024 * 1024))

@@ -10,7 +10,9 @@ from twisted.internet import task
 from twisted_namesrv import compat
 from twisted_namesrv.bodies.register import RegisterBrokerBody, TopicConfig
 from twisted_namesrv.bodies.route import BrokerData, DataVersion, QueueData
+from twisted_namesrv.state import settling
 from twisted_namesrv.state.config import NamesrvConfig
+from twisted_namesrv.state.queue_table import TopicQueueTable
 from twisted_namesrv.state.routes import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     TOPIC,
@@ -759,3 +761,66 @@ def test_a_restore_is_one_change_of_everything_made_by_the_owner(profile):
                     source.filterServerTable, source.topicQueueMappingInfoTable))
     assert sorted(routes.topicQueueTable) == ["T1", "T2"] and routes.generation == 1
     assert [change.everything for change in changes] == [True]
+
+
+class _Walked(TopicQueueTable):
+    """topicQueueTable counting the entries its walks visit."""
+
+    visited = 0
+
+    def items(self):  # type: ignore[override]
+        for entry in super().items():
+            self.visited += 1
+            yield entry
+
+
+@BOTH
+def test_a_write_perm_change_is_seen_whole_at_once_and_written_a_slice_a_step(profile, monkeypatch):
+    """WIPE_/ADD_WRITE_PERM_OF_BROKER take no ACL: the walk of every topic in the request's turn
+    held the reactor (a million topics, for a group no topic holds as well).  The answer is Java's
+    count at once; lookups see the new permission at once; the table is written a slice a step."""
+    monkeypatch.setattr(settling, "WALK_PER_STEP", 100)
+    routes, _ = manager(profile)
+    register(routes, topics=tuple(f"T{i}" for i in range(1000)))
+    register(routes, addr=MASTER_B, name="broker-b", topics=("T0", "B1"))
+    routes.on_settle = lambda: None  # the service runs steps
+    routes.write_at_once = 0
+    table = routes.topicQueueTable = _Walked(routes.topicQueueTable)
+    assert routes.wipe_write_perm_of_broker("broker-a") == 1000
+    assert routes.wipe_write_perm_of_broker("nobody") == 0
+    assert table.visited == 0
+    queues = routes.queues_of("T7")
+    assert queues is not None and queues["broker-a"].perm == 4 and routes.writableOfGroup.get("broker-a") is None
+    assert routes.queues_of("T0")["broker-b"].perm == 6  # type: ignore[index]
+    walks = []
+    for _ in routes.settle_steps():
+        walks.append(table.visited)
+        table.visited = 0
+    assert walks and max(walks) <= 100 and sum(walks) == 1001  # one walk of the table
+    assert set(perms(routes).values()) == {4} and set(perms(routes, "broker-b").values()) == {6}
+    assert routes.add_write_perm_of_broker("broker-a") == 1000 and routes.writableOfGroup["broker-a"] == 1000
+    assert set(perms(routes).values()) == {6}
+
+
+def test_an_acting_master_groups_master_loss_wipes_write_perm_without_a_walk_in_its_turn(monkeypatch):
+    """5.3.3 takes the write bit off a masterless acting-master group on every topic: any peer
+    registers such a group and unregisters its master (no ACL), so that walk too is a layer,
+    seen whole at once and written a slice a step."""
+    monkeypatch.setattr(settling, "WALK_PER_STEP", 100)
+    routes, _ = manager(V5)
+    names = tuple(f"T{i}" for i in range(500))
+    register(routes, addr=MASTER_A, channel=1, acting=True, topics=names)
+    register(routes, addr=SLAVE_A, broker_id=1, channel=2, acting=True, topics=names)
+    routes.on_settle = lambda: None
+    routes.write_at_once = 0
+    table = routes.topicQueueTable = _Walked(routes.topicQueueTable)
+    routes.on_channel_destroy(1)
+    assert table.visited == 0
+    assert routes.queues_of("T9")["broker-a"].perm == 4  # type: ignore[index]
+    assert routes.writableOfGroup.get("broker-a") is None
+    walks = []
+    for _ in routes.settle_steps():
+        walks.append(table.visited)
+        table.visited = 0
+    assert max(walks) <= 100 and sum(walks) == 500
+    assert set(perms(routes).values()) == {4}

@@ -136,7 +136,8 @@ class RegisterBrokerBody(msgspec.Struct, gc=False):
 
     dataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
     topicConfigTable: dict[str, TopicConfig] = msgspec.field(default_factory=dict)
-    filterServerList: list[str] = msgspec.field(default_factory=list)
+    #: as fastjson reads a List<String> (``filter_server_list``): null stays null
+    filterServerList: list[str | None] = msgspec.field(default_factory=list)
     topicQueueMappingInfoMap: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     #: 5.x JSON form only, carried through unchanged
     mappingDataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
@@ -315,7 +316,7 @@ def _decode_json(body: bytes, known_digests: Collection[bytes], known_pieces: Ta
 def _decode_lenient(body: bytes) -> RegisterBrokerBody:
     obj = _json_object(body)
     wrapper = obj.get("topicConfigSerializeWrapper") or {}
-    return _from_wrapper(wrapper, [str(s) for s in obj.get("filterServerList") or []])
+    return _from_wrapper(wrapper, filter_server_list(obj.get("filterServerList"), body))
 
 
 def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
@@ -332,10 +333,12 @@ def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
     wrapper = typed.topicConfigSerializeWrapper
-    if wrapper is None or wrapper.topicConfigTable is None or not isinstance(typed.filterServerList, list | None):
-        return None
+    servers = typed.filterServerList
+    if wrapper is None or wrapper.topicConfigTable is None or not isinstance(servers, list | None) or (
+            servers and not all(isinstance(server, str) for server in servers)):
+        return None  # (a filter server that is not a string: its number's text is the general path's)
     # as _from_wrapper reads a wrapper's fields, without a dict of them (every registration comes here)
-    mappings, servers = wrapper.topicQueueMappingInfoMap, typed.filterServerList
+    mappings = wrapper.topicQueueMappingInfoMap
     # the versions typed: made in C, from_json's answer; else read by it (a 4.9.8 body's absent mapping
     # version: its defaults, without its call)
     version: Any = wrapper.dataVersion
@@ -345,8 +348,7 @@ def _decode_typed(body: bytes) -> RegisterBrokerBody | None:
     if not isinstance(mapping, DataVersion):
         mapping = DataVersion() if mapping is None else DataVersion.from_json(mapping)
     return RegisterBrokerBody(
-        version, _named(wrapper.topicConfigTable),
-        [str(s) for s in servers] if servers else [],
+        version, _named(wrapper.topicConfigTable), servers or [],
         {topic: queue_mapping_info(info) for topic, info in mappings.items()} if mappings else {}, mapping,
         wrapper.topicQueueMappingDetailMap or {})
 
@@ -724,7 +726,29 @@ def _json_object(data: bytes) -> dict[str, Any]:
     return obj
 
 
-def _from_wrapper(wrapper: dict[str, Any], filter_servers: list[str]) -> RegisterBrokerBody:
+def filter_server_list(servers: Any, text: bytes, whole: bool = False) -> list[str | None]:
+    """filterServerList as fastjson reads RegisterBrokerBody's List<String> (checked against Java
+    4.9.8's route answer): a string itself, any other value as a String field takes it
+    (``fastjson.java_string_field``: a number's literal text ``1.50``, ``true``, an object's JSON),
+    null kept as null; Python's ``str()`` made ``None`` and ``1.5`` of them.  ``text``: the JSON
+    the list was read from (the body, or the list itself when ``whole``), read again keeping
+    numbers' text only when an entry is not a string."""
+    if not servers:
+        return []
+    if all(isinstance(server, str) for server in servers):
+        return list(servers)
+    try:
+        exact = fastjson.loads_keeping_numbers(text)
+    except ValueError:
+        exact = None
+    if not whole and exact is not None:
+        exact = exact.get("filterServerList") if isinstance(exact, dict) else None
+    if not isinstance(exact, list):  # (fastjson's own syntax the exact reading does not take)
+        exact = servers
+    return [fastjson.java_string_field(server) for server in exact]
+
+
+def _from_wrapper(wrapper: dict[str, Any], filter_servers: list[str | None]) -> RegisterBrokerBody:
     table = wrapper.get("topicConfigTable") or {}
     mappings = wrapper.get("topicQueueMappingInfoMap") or {}
     return RegisterBrokerBody(
@@ -834,7 +858,8 @@ def _decode_compressed(data: bytes, known_digests: Collection[bytes],
             topics[config.topicName] = config
         yield
     del lines
-    filter_servers = [str(s) for s in fastjson.loads(reader.chunk()) or []]
+    chunk = reader.chunk()
+    filter_servers = filter_server_list(fastjson.loads(chunk), chunk, whole=True)
     mappings: dict[str, dict[str, Any]] = {}
     if reader.remaining() >= 4:  # 5.x layout: queue-mapping section
         count = reader.int32()

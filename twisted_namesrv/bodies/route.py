@@ -114,7 +114,7 @@ class DataVersion(msgspec.Struct, gc=False):
 
 
 def topic_route_bean(queue_datas: Iterable[QueueData], broker_datas: Iterable[BrokerData],
-                     filter_server_table: dict[str, list[str]], order_topic_conf: str | None,
+                     filter_server_table: dict[str, list[str | None]], order_topic_conf: str | None,
                      queue_mapping_by_broker: dict[str, Any] | None, v5: bool) -> dict[str, Any]:
     return {
         "brokerDatas": [b.bean(v5) for b in broker_datas],

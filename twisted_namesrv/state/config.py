@@ -149,6 +149,10 @@ KEYS: list[ConfigKey] = [
     ConfigKey("maxNameLength", 512, OURS, guarded=True),
     #: the KV table's size, as written to kvConfigPath: every PUT_KV_CONFIG rewrites it whole, in the reactor
     ConfigKey("maxKvBytes", 8 * 1024 * 1024, OURS, guarded=True),
+    #: ORDER_TOPIC_CONFIG's own object in that file: 5.x hands the whole namespace to every broker in
+    #: each registration and heartbeat answer (returnOrderTopicConfigToBroker); about 17,000 order
+    #: topics at 60 bytes each.  A key as the other limits are: a cluster with more raises it
+    ConfigKey("maxOrderTopicConfigBytes", 1 << 20, OURS, guarded=True),
     ConfigKey("metricsPort", 0, OURS, guarded=True),
     ConfigKey("metricsBindAddress", "127.0.0.1", OURS, guarded=True),
     # without ACL the status page and /api go to loopback peers only; true opens them to every peer
@@ -277,6 +281,7 @@ _RANGES: dict[str, tuple[int, int | None]] = {
     "maxTopicQueueEntries": (1, None),
     "maxNameLength": (16, None),
     "maxKvBytes": (0, None),
+    "maxOrderTopicConfigBytes": (0, None),
     "httpMaxConnections": (0, None),
     "httpIdleTimeoutSeconds": (0, None),
     "httpRequestTimeoutSeconds": (0, None),

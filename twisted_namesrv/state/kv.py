@@ -33,10 +33,6 @@ from .files import FileTooBig, read_regular
 from .store import Save, Saved, StoreError
 
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
-#: the most bytes ORDER_TOPIC_CONFIG's own object may take in the file: 5.x answers every broker's
-#: registration and heartbeat (every 30 s) with the whole namespace (returnOrderTopicConfigToBroker, on
-#: by default), and each broker parses it; at about 60 bytes a topic this holds some 17,000 order topics
-ORDER_TOPIC_CONFIG_MAX_BYTES = 1 << 20
 #: the largest KV file read at start: what Java's NameServer reads too (MixAll.file2String makes a
 #: ``byte[(int) file.length()]``: a file of 2 GiB or more is a NegativeArraySizeException, no start).
 #: Checked before a byte is read: a sparse file of 100 GB swapped in was read whole, then parsed

@@ -71,7 +71,7 @@ from .registration import (
     write_off_by_design,
 )
 from .registration import RegisterRequest as RegisterRequest  # re-exported: registering in one go
-from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer, todo_of, write_staged
+from .settling import LET_GO_PER_STEP, WRITE_PER_STEP, Departed, Layer, PermChanged, todo_of, write_staged
 from .settling import Staged as StagedEntries
 
 #: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (ms, 4.9.8 and 5.3.3): a broker silent this long
@@ -171,7 +171,7 @@ class _Pending:
     committed through a Settling when it ends), and its events, published by ``_one_change``."""
 
     __slots__ = ("collect", "dirty", "topics", "brokers", "everything", "staged", "staged_group", "staged_entries",
-                 "emptied", "events", "earlier")
+                 "emptied", "events", "earlier", "perm")
 
     def __init__(self, collect: bool) -> None:
         self.collect = collect
@@ -187,6 +187,9 @@ class _Pending:
         self.events: list[Departure] = []
         #: events of earlier changes whose layers were written during this one: handed over first
         self.earlier: list[Departure] = []
+        #: groups whose queue permission changed on every topic holding them, each with the change
+        #: and whether it took the write bit off (wipe): committed as PermChanged layers, in order
+        self.perm: list[tuple[str, Callable[[int], int], bool]] = []
 
     def change(self) -> RouteChange:
         if not self.collect:
@@ -243,7 +246,7 @@ class BrokerLiveInfo(msgspec.Struct):
 #: the six tables, in RouteInfoManager's order: topicQueueTable, brokerAddrTable, clusterAddrTable,
 #: brokerLiveTable, filterServerTable, topicQueueMappingInfoTable (``restore``)
 RouteTables = tuple[dict[str, dict[str, QueueData]], dict[str, BrokerData], dict[str, dict[str, None]],
-                    dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str]], dict[str, dict[str, Any]]]
+                    dict[LiveKey, BrokerLiveInfo], dict[LiveKey, list[str | None]], dict[str, dict[str, Any]]]
 
 
 class RegisterBrokerResult(msgspec.Struct):
@@ -284,7 +287,7 @@ class RouteData:
 
     queueDatas: list[QueueData]
     brokerDatas: list[BrokerData]
-    filterServerTable: dict[str, list[str]] = field(default_factory=dict)
+    filterServerTable: dict[str, list[str | None]] = field(default_factory=dict)
     topicQueueMappingByBroker: dict[str, Any] | None = None
 
 
@@ -324,7 +327,7 @@ class RouteInfoManager:
         self.brokerAddrTable: dict[str, BrokerData] = {}
         self.clusterAddrTable: dict[str, dict[str, None]] = {}  # an insertion-ordered set
         self.brokerLiveTable: dict[LiveKey, BrokerLiveInfo] = {}
-        self.filterServerTable: dict[LiveKey, list[str]] = {}
+        self.filterServerTable: dict[LiveKey, list[str | None]] = {}
         self.topicQueueMappingInfoTable: dict[str, dict[str, Any]] = {}
         #: what the limits count, kept as the tables change (``_count_queue``, ``recount``): the
         #: topics holding each broker group's queues, all of topicQueueTable's (topic, group)
@@ -525,6 +528,15 @@ class RouteInfoManager:
         every subscriber in order, write a layer in at once when it is small and nothing is before
         it, then hand over the events in order: now, or once the layers before them are written (a
         departure's, once its lost topics are found)."""
+        for group, new_perm, wipe in pending.perm:  # made before what the change staged or emptied
+            if group in pending.emptied:
+                continue  # it left later in the change: its queues go whole (Departed)
+            perm_layer = PermChanged(self._table, group, new_perm,
+                                     functools.partial(self._wiped, group) if wipe else None)
+            if not self._layers and len(perm_layer) <= self.write_at_once:
+                perm_layer.finish()  # few, none before: at once
+            else:
+                self._layers.append(perm_layer)
         waiting = bool(self._layers)  # changes before this one still to write: its events wait for them
         layer: Layer | None = None
         if pending.staged:
@@ -539,6 +551,9 @@ class RouteInfoManager:
                 pending.events = []
             else:
                 layer = Departed(self._table, pending.emptied, _lost_with)
+            for pending_layer in self._layers:  # its walk finds a group that left: nothing to count
+                if isinstance(pending_layer, PermChanged) and pending_layer.group in pending.emptied:
+                    pending_layer.flipped = None
         if layer is not None:
             self._layers.append(layer)
         if pending.dirty:
@@ -1004,7 +1019,7 @@ class RouteInfoManager:
                            for info in held.values()
                            for text in (topic, info.get("topic"), info.get("bname"), info.get("scope"))), longest)
 
-    def _check_filter_servers(self, servers: list[str], longest: int) -> None:
+    def _check_filter_servers(self, servers: list[str | None], longest: int) -> None:
         """RegistrationRefused when a broker lists more filter servers than a registration may, or
         one's address passes maxNameLength."""
         if len(servers) > FILTER_SERVERS_MAX:
@@ -1304,7 +1319,7 @@ class RouteInfoManager:
             return
         if min(broker.brokerAddrs) > 0:
             self._forget_tables()
-            self._change_perm(broker.brokerName, lambda perm: perm & ~PERM_WRITE)
+            self._perm_changed(broker.brokerName, lambda perm: perm & ~PERM_WRITE, wipe=True)
         if was_min and self.notify_min_broker_id_changed:
             self._notify_min_broker_id(broker.brokerAddrs, offline_addr, None)
 
@@ -1328,36 +1343,42 @@ class RouteInfoManager:
     # -- administration ---------------------------------------------------------------------
     @_one_change
     def wipe_write_perm_of_broker(self, broker_name: str | None) -> int:
-        return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
+        return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE, wipe=True)
 
     @_one_change
     def add_write_perm_of_broker(self, broker_name: str | None) -> int:
-        return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE)
+        return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE, wipe=False)
 
-    def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
+    def _operate_write_perm(self, broker_name: str | None, change: Callable[[int], int], wipe: bool) -> int:
+        """Java's answer (how many topics hold the group's queues) is topicsOfGroup's count; the
+        change itself is a PermChanged layer, written in slices (state/settling.py): any peer may
+        send it (no ACL), and a walk of a million topics in one turn held every lookup; a group
+        no topic holds is not walked for.  The write-bit counts are set now, as every entry of the
+        group will have the bit (add) or lack it (wipe); the entries a wipe seals on a topic
+        without the bit by design are counted as the walk meets them (``_wiped``)."""
         self._forget_tables()
-        count = self._change_perm(broker_name, change)
         self._broker_changed(broker_name)
+        return self._perm_changed(broker_name, change, wipe)
+
+    def _perm_changed(self, broker_name: str | None, change: Callable[[int], int], wipe: bool) -> int:
+        """Inside a change: every topic's queue data of the group with ``change(perm)``, committed
+        as a PermChanged layer; how many topics hold the group (none: nothing to walk for)."""
+        count = self.topicsOfGroup.get(broker_name, 0)  # type: ignore[arg-type]
+        if not count:
+            return 0
+        name: str = broker_name  # type: ignore[assignment]
+        if wipe:
+            self.writableOfGroup.pop(name, None)
+        else:
+            self.writableOfGroup[name] = count
+            self.sealedOfGroup.pop(name, None)
+        self._pending.perm.append((name, change, wipe))  # type: ignore[union-attr]
         return count
 
-    def _change_perm(self, broker_name: str | None, change: Callable[[int], int]) -> int:
-        """Every topic's QueueData of ``broker_name`` with ``change(perm)``: replaced, as many topics
-        share one, by replacements shared the same way; how many topics hold one."""
-        self.settle_now()  # edited in place
-        count = 0
-        replaced: dict[QueueData, QueueData] = {}
-        for topic, queues in self._table.items():
-            queue = queues.get(broker_name)  # type: ignore[arg-type]
-            if queue is not None:
-                new = replaced.get(queue)
-                if new is None:
-                    new = replaced[queue] = queue.with_perm(change(queue.perm))
-                queues[broker_name] = new  # type: ignore[index]
-                count += 1
-                if (queue.perm ^ new.perm) & PERM_WRITE:
-                    self._count_writes(topic, broker_name, queue, -1)  # type: ignore[arg-type]
-                    self._count_writes(topic, broker_name, new, 1)  # type: ignore[arg-type]
-        return count
+    def _wiped(self, group: str, topic: str, old: QueueData, new: QueueData) -> None:
+        """The walk of a wipe took the write bit off ``old``: sealed by design, it now counts so."""
+        if old.perm & PERM_WRITE and not new.perm & PERM_WRITE and self._sealed_by_design(topic, group):
+            self._count_in(self.sealedOfGroup, group, 1)
 
     @_one_change
     def delete_topic(self, topic: str | None, cluster: str | None = None) -> None:
@@ -1381,7 +1402,7 @@ class RouteInfoManager:
             return None
         names = self.group_order(queues)
         brokers = self.route_brokers(topic, queues, names)  # type: ignore[arg-type]
-        filter_servers: dict[str, list[str]] = {}
+        filter_servers: dict[str, list[str | None]] = {}
         if self.filterServerTable:  # (a look-up an address only when any broker has filter servers)
             for clone in brokers:
                 for addr in clone.brokerAddrs.values():

@@ -246,3 +246,73 @@ class Departed(Generic[T]):
 
     def __len__(self) -> int:
         return len(self.table) if not self.started else self._left
+
+
+class PermChanged:
+    """``group``'s queue data on every topic with ``change(perm)`` as its permission.  Both changes
+    (wipe: the write bit off; add: read and write) give the same permission when made again, so a
+    lookup through this layer and the walk agree whichever entries the walk has written.  The
+    replacements are shared as the table shares its QueueData (one per distinct one).
+    ``flipped(topic, old, new)`` hears each entry the walk rewrites (the manager's write-bit counts
+    of what it could not count at the commit); None: nobody, as once the group left."""
+
+    __slots__ = ("table", "group", "change", "flipped", "events", "_replaced", "_walk", "_left")
+
+    def __init__(self, table: Table, group: str, change: Callable[[int], int],
+                 flipped: Callable[[str, QueueData, QueueData], None] | None = None) -> None:
+        self.table = table
+        self.group = group
+        self.change = change
+        self.flipped = flipped
+        self.events: list[Any] = []
+        self._replaced: dict[QueueData, QueueData] = {}
+        self._walk: Iterator[tuple[str, dict[str, QueueData]]] | None = None  # made when its turn comes
+        self._left = -1  # not started: entries still to walk
+
+    def _changed(self, queue: QueueData) -> QueueData:
+        perm = self.change(queue.perm)
+        if perm == queue.perm:
+            return queue  # as changed already (or written by the walk)
+        new = self._replaced.get(queue)
+        if new is None:
+            new = self._replaced[queue] = queue.with_perm(perm)
+        return new
+
+    def over(self, topic: str, queues: Queues | None) -> Queues | None:
+        queue = queues.get(self.group) if queues else None
+        if queue is None:
+            return queues
+        new = self._changed(queue)
+        if new is queue:
+            return queues
+        merged = dict(queues)  # type: ignore[arg-type]
+        merged[self.group] = new
+        return merged
+
+    def step(self) -> bool:
+        return self._set(WALK_PER_STEP)
+
+    def finish(self) -> None:
+        self._set(len(self.table) + 1)
+
+    def _set(self, count: int) -> bool:
+        """The new permission into the group's entries among the next ``count`` of the one walk."""
+        if self._left < 0:
+            self._walk, self._left = iter(self.table.items()), len(self.table)
+        if self._walk is None:
+            return False
+        group, changed = self.group, self._changed
+        entries = list(islice(self._walk, count))
+        for topic, queues in entries:
+            queue = queues.get(group)
+            if queue is not None and (new := changed(queue)) is not queue:
+                queues[group] = new  # in place: the table's entry stays the one staging may hold
+                if self.flipped is not None:
+                    self.flipped(topic, queue, new)
+        self._left -= len(entries)
+        if len(entries) < count or self._left <= 0:
+            self._walk, self._left = None, 0
+        return self._walk is not None
+
+    def __len__(self) -> int:
+        return len(self.table) if self._left < 0 else self._left

@@ -95,7 +95,7 @@ def _tables(routes: RouteInfoManager, snapshot: dict[str, Any]) -> RouteTables:
         live[live_key(cluster, str(addr))] = BrokerLiveInfo(
             now, int(entry["heartbeatTimeoutMillis"]), DataVersion(*map(int, entry["dataVersion"])), None,
             _text(entry["haServerAddr"]), None, int(entry["topicCount"]), _number(entry["version"]), restored=True)
-    filters = {live_key(cluster, str(addr)): [str(s) for s in servers]
+    filters = {live_key(cluster, str(addr)): [_text(s) for s in servers]  # a null kept, as Java reads it
                for cluster, addr, servers in snapshot["filterServerTable"]}
     mappings = {str(topic): {str(b): queue_mapping_info(info) for b, info in by_broker.items()}
                 for topic, by_broker in snapshot["topicQueueMappingInfoTable"].items()}
