@@ -72,6 +72,13 @@ V4OPS = ("RocketMQ 4.9.8, two NameServers (:9876, :9877): broker-a and its slave
          "once on the namespace (-i any), each folder v4-ops-* one of them")
 
 
+BROKER_LAUNCH = "the broker's launch script polls its port every 0.1 s until the JVM listens"
+S96 = ("RocketMQ 4.9.8: one NameServer, broker-a, broker-b; producer TopicBusy 8000 (the brokers' "
+       "ports), producer TopicS96 5 (its first lookup fails: a broker creates the topic), topicRoute "
+       "NoSuchTopic (fails), broker-b kill -9; 35 s later both captures killed (SIGKILL) with the "
+       "cluster running, as a stuck or OOM-killed tcpdump is: each file ends where tcpdump last wrote "
+       "its buffer. The two ran at once, each folder one")
+
 def _v4ops(capture: str, *extra: str) -> list[str]:
     """v4-ops-s64, -s128, -ring and -late: one run captured four ways at once (they share steps and logs)."""
     return _one("4.9.8", "--why", f"127.0.0.1:9877={LAUNCH}", *extra, "--note", V4OPS, "--note", capture,
@@ -379,4 +386,15 @@ ARGS: dict[str, list[str]] = {
                          why=OUR_RETRY, logs=OUR_LOGS),
     "v4-ours": _one("4.9.8", "--restart", "namesrv stop", "namesrv start", "--note", OUR_NOTE, why=OUR_RETRY,
                     logs=OUR_LOGS),
+    "v4-s96rot": _one("4.9.8", "--note", S96, "--note",
+                      "tcpdump -i any -s 96 -G 20 -Z root -w 'v4-s96rot-%H%M%S.pcap' 'tcp port 9876': "
+                      "Linux cooked v2 cut at 96 bytes (every broker named by its connection), six "
+                      "files, the last of no byte: tcpdump was killed before it wrote its first 4 KiB "
+                      "(the capture's last 35 s are in no file)"),
+    "v4-s96size": _one("4.9.8", "--note", S96, "--note",
+                       "tcpdump -i any -s 96 -C 1 -Z root -w v4-s96size.pcap with no filter: Linux "
+                       "cooked v2 cut at 96 bytes, two files (v4-s96size.pcap, 1 MB, then "
+                       "v4-s96size.pcap1, its last 4 KiB block written at 02:00:40, whole records by "
+                       "chance: what came after, broker-b's kill among it, is in no file)",
+                       "--why", f"127.0.0.1:10911={BROKER_LAUNCH}", "--why", f"127.0.0.1:10931={BROKER_LAUNCH}"),
 }
