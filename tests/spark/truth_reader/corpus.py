@@ -397,4 +397,12 @@ ARGS: dict[str, list[str]] = {
                        "v4-s96size.pcap1, its last 4 KiB block written at 02:00:40, whole records by "
                        "chance: what came after, broker-b's kill among it, is in no file)",
                        "--why", f"127.0.0.1:10911={BROKER_LAUNCH}", "--why", f"127.0.0.1:10931={BROKER_LAUNCH}"),
+    "v5-reorder": _one("5.3.3", "--stopped", "10.122.0.1:9876=namesrv stop", "--note",
+                       "Two hosts on one clock (network namespaces): the NameServer at 10.122.0.1 (bindAddress=::), "
+                       "broker-a, broker-b and the producer at 10.122.0.2 (NAMESRV_ADDR=10.122.0.1:9876), joined by "
+                       "two TUN devices and reorderlink.py (in this folder), which holds 15% of the data segments "
+                       "4 ms so that later ones pass them: reordering, no loss, no duplicates (4 data segments "
+                       "captured out of order); tcpdump on the NameServer's end (raw IP). broker-a and broker-b stop "
+                       "cleanly, then the NameServer, no connection open as it went",
+                       endpoint="10.122.0.1:9876"),
 }
