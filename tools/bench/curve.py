@@ -820,6 +820,28 @@ async def run_step(step: Step, server: Server, port: int, disconnect_timeout: fl
             load_priority(False)
 
 
+def add_server_options(p: argparse.ArgumentParser,
+                       tree_help: str = "the checkout whose server runs (this one)") -> None:
+    """``--tree`` and ``--python``: which checkout's server a tool measuring a step runs, in which interpreter."""
+    p.add_argument("--tree", type=Path, default=REPO, help=tree_help)
+    p.add_argument("--python", default=str(Server.PYTHON if Server.PYTHON.exists() else sys.executable),
+                   help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
+
+
+def beside_the_server() -> None:
+    """This process (the brokers' load) on core 1, beside the server's core 0, as the curve runs them."""
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {1})
+
+
+def register_probe(broker: socket.socket) -> None:
+    """The probe's topic registered on ``broker``, a connection of a broker of its own, as every tool
+    measuring a step registers it (the probe's lookups then find a route)."""
+    for frame in register_frames("curve-probe", "127.0.0.1:19999", PROBE_TOPICS, 1):
+        broker.sendall(frame)
+        read_frame(broker)
+
+
 async def _run_step(step: Step, server: Server, port: int, disconnect_timeout: float,
                     probe_idle: bool, probe_split: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_mib_idle": server.rss_mib()}
@@ -827,9 +849,7 @@ async def _run_step(step: Step, server: Server, port: int, disconnect_timeout: f
     first = [register_frames(n, a, t, 1) for n, a, t in tables]
     clients: list[socket.socket] = []
     with socket.create_connection((HOST, port)) as s:  # the probe's topic, on a broker of its own
-        for f in register_frames("curve-probe", "127.0.0.1:19999", PROBE_TOPICS, 1):
-            s.sendall(f)
-            read_frame(s)
+        register_probe(s)
         stop, (receive, send) = multiprocessing.Event(), multiprocessing.Pipe(duplex=False)
         probe = multiprocessing.Process(target=probe_loop, daemon=True,
                                         args=(port, stop, send, server.main_pid(), probe_idle, probe_split))

@@ -38,7 +38,6 @@ Needs valgrind (``apt-get install valgrind``: callgrind and callgrind_control); 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
 import socket
@@ -135,9 +134,7 @@ def hold_idle(port: int, count: int) -> list[socket.socket]:
     if not count:
         return []
     with socket.create_connection((curve.HOST, port)) as broker:
-        for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
-            broker.sendall(frame)
-            curve.read_frame(broker)
+        curve.register_probe(broker)
         return curve.open_clients(port, count)
 
 
@@ -146,9 +143,7 @@ def keep_lookup(port: int) -> socket.socket:
     answer decoded and kept, then served from memory), as the curve's probe's is while its load
     runs: that broker's connection, to close once they are done (its route stays until then)."""
     broker = socket.create_connection((curve.HOST, port))
-    for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
-        broker.sendall(frame)
-        curve.read_frame(broker)
+    curve.register_probe(broker)
     with socket.create_connection((curve.HOST, port)) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for opaque in (1, 2):
@@ -185,9 +180,7 @@ def look_up(port: int, lookups: int) -> None:
     if not lookups:
         return
     with socket.create_connection((curve.HOST, port)) as broker:
-        for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
-            broker.sendall(frame)
-            curve.read_frame(broker)
+        curve.register_probe(broker)
         with socket.create_connection((curve.HOST, port)) as s:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for opaque in range(1, lookups + 1):
@@ -217,14 +210,11 @@ def main() -> None:
                         "module:Class:name or module::name), e.g. twisted_namesrv.server:RemotingProtocol:dataReceived")
     p.add_argument("--idle", type=int, default=0, metavar="N",
                    help="N client connections held open throughout, each having looked a topic up once")
-    p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server is counted (this one)")
-    p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
-                   help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
+    curve.add_server_options(p, "the checkout whose server is counted (this one)")
     a = p.parse_args()
     if a.more <= a.fewer:
         p.error("--more must be more than --fewer")
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
+    curve.beside_the_server()
     step = curve.step_named(a.step)
     if a.lookups:
         once, twice = (count(a.tree.resolve(), step, a.fewer, a.python, lookups=n, idle=a.idle)

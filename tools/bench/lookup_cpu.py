@@ -54,9 +54,7 @@ def measure(command: str | None, connections: int, warm: int, lookups: int) -> s
     try:
         port = server.wait_ready()
         with socket.create_connection((curve.HOST, port)) as broker:  # the probe's topic, kept registered
-            for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
-                broker.sendall(frame)
-                curve.read_frame(broker)
+            curve.register_probe(broker)
             clients = curve.open_clients(port, connections)
             with socket.create_connection((curve.HOST, port)) as s:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

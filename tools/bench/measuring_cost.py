@@ -100,9 +100,7 @@ def main() -> None:
     try:
         port = server.wait_ready(120)
         with socket.create_connection((curve.HOST, port)) as s:  # the probe's topic, as the curve registers it
-            for f in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
-                s.sendall(f)
-                curve.read_frame(s)
+            curve.register_probe(s)
             conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
             for conn in conns:
                 conn.setblocking(False)

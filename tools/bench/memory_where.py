@@ -175,9 +175,7 @@ def measure(tree: Path, step: curve.Step, python: str, frames: int, with_census:
         if frames:
             Path(str(out) + ".snap").rename(rest_snapshot)
         with socket.create_connection((curve.HOST, port)) as probe:  # the probe's topic, as the curve registers it
-            for frame in curve.register_frames("curve-probe", "127.0.0.1:19999", curve.PROBE_TOPICS, 1):
-                probe.sendall(frame)
-                curve.read_frame(probe)
+            curve.register_probe(probe)
             conns = [socket.create_connection((curve.HOST, port)) for _ in tables]
             for conn in conns:
                 conn.setblocking(False)
@@ -227,12 +225,9 @@ def main() -> None:
     p.add_argument("--census", action="store_true", help="the objects that grew, by type and holder")
     p.add_argument("--trace", type=int, default=0, metavar="N", help="tracemalloc with N frames a trace: the lines")
     p.add_argument("--top", type=int, default=40, help="rows of each table")
-    p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server runs (this one)")
-    p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
-                   help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
+    curve.add_server_options(p)
     a = p.parse_args()
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
+    curve.beside_the_server()
     result = measure(a.tree.resolve(), curve.step_named(a.step), a.python, a.trace, a.census, a.top)
     tables = {key: result.pop(key) for key in ("census_grown", "lines_grown") if key in result}
     print(json.dumps(result), flush=True)

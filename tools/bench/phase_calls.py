@@ -182,12 +182,9 @@ def main() -> None:
     syscalls.add_argument("--syscalls", action="store_true", help="count the system calls over the phase (perf stat)")
     syscalls.add_argument("--record", type=Path, metavar="FILE",
                           help="sample the server's CPU over the phase (perf record)")
-    p.add_argument("--tree", type=Path, default=curve.REPO, help="the checkout whose server runs (this one)")
-    p.add_argument("--python", default=str(curve.Server.PYTHON if curve.Server.PYTHON.exists() else sys.executable),
-                   help="the interpreter the server runs in (run.py's .venv-bench when there is one)")
+    curve.add_server_options(p)
     a = p.parse_args()
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {1})  # the brokers beside the server's core 0, as the curve runs them
+    curve.beside_the_server()
     step = curve.step_named(a.step)
     print(measure(a.tree.resolve(), step, a.brokers or step.brokers, a.python, a.syscalls, a.record), flush=True)
 
