@@ -183,8 +183,8 @@ def build(a: argparse.Namespace) -> tuple[dict, list[str]]:
             rs.append({"up": min(t for t in synacks if t >= start_t), "down": None, "down_how": None})
         for spec in a.stopped:
             ep, rx = spec.split("=", 1)
-            if ep == e:
-                stop_t = step_time(steps, rx)
+            if ep == e:  # the last run's stop: the first such step after it came up (a restart's stop reads alike)
+                stop_t = min(t for t, what in steps if t >= rs[-1]["up"] and re.search(rx, what))
                 fins = server_closes(conns, e, stop_t)
                 rs[-1]["down"], rs[-1]["down_how"] = (fins[0] if fins else stop_t), "stopped"
                 rs[-1]["down_in_packets"] = bool(fins)  # False: no connection was open, the steps tell it

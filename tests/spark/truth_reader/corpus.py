@@ -405,4 +405,16 @@ ARGS: dict[str, list[str]] = {
                        "captured out of order); tcpdump on the NameServer's end (raw IP). broker-a and broker-b stop "
                        "cleanly, then the NameServer, no connection open as it went",
                        endpoint="10.122.0.1:9876"),
+    "v5-v6restart": _one("5.3.3", "--restart", "namesrv stop", "namesrv start", "--stopped",
+                         "[::1]:9876=namesrv stop", "--why", "[::1]:9876=while it is down the brokers retry",
+                         "--note", "RocketMQ 5.3.3, the NameServer listening on every address, IPv6 too "
+                         "(bindAddress=::): broker-a and broker-b given NAMESRV_ADDR=[::1]:9876 (their own addresses "
+                         "IPv4), so every connection that carries requests is over IPv6; the launch script's polls "
+                         "and the NameServer's own scanAvailableNameSrv connection go to 127.0.0.1:9876 (a port "
+                         "check). Its first start booted after the launch script's 15 s of polls (the log's boot "
+                         "success, 10:41:52 +08:00; the steps: 'did not open'); the NameServer stopped (SIGTERM, the "
+                         "brokers' connections open: it closes them) and started again 19.5 s later, the brokers "
+                         "register again; producer TopicV6R 3 (its first lookup fails: broker-a creates the topic); "
+                         "broker-a and broker-b stop cleanly, then the NameServer, no broker's connection open as it "
+                         "went. tcpdump -i lo -s 0 'tcp port 9876' (Ethernet, whole packets)"),
 }
