@@ -150,7 +150,7 @@ class BodySummary(NamedTuple):
     topic_count: int | None
     data_version_counter: int | None
     data_version_ms: int | None
-    filter_servers: list[str] | None
+    filter_servers: list[str | None] | None  # (a null entry as Java reads it: null)
     decoded: RegisterBrokerBody | None = None
     key: bytes | None = None  # the body's digest: what the replay keeps it by (EVENT_ROWS ``body_key``)
 

@@ -52,16 +52,16 @@ HELD = ("str", "int", "float", "bytes", "tuple", "list", "dict", "set")
 SERVER = """
 import json, os, signal, sys, tracemalloc
 FRAMES, CENSUS, OUT, TOOLS = {frames}, {census}, {out!r}, {tools!r}
+sys.path.insert(0, TOOLS)
+from procfs import anonymous_kib  # (imported before the server: in every reading alike)
 if FRAMES:
     tracemalloc.start(FRAMES)
     import twisted_namesrv.state.routes as routes
     routes.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 3_600_000  # a traced server is slow: its brokers stay
 def _held(*_):
     held = {{"blocks": sys.getallocatedblocks()}}
-    with open("/proc/self/smaps_rollup") as rollup:
-        held["anonymous_kib"] = next(int(line.split()[1]) for line in rollup if line.startswith("Anonymous:"))
+    held["anonymous_kib"] = anonymous_kib()
     if CENSUS:
-        sys.path.insert(0, TOOLS)
         from memory_where import census
         held["census"] = census()
     if FRAMES:

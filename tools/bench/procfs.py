@@ -148,6 +148,13 @@ def _descendants_by_parent(pid: int, proc: Path) -> list[int]:
     return found
 
 
+def anonymous_kib(pid: int | str = "self", proc: Path = PROC) -> int:
+    """The process's anonymous memory in kB (``/proc/PID/smaps_rollup``'s ``Anonymous``): its heaps and
+    mappings of its own, what its RSS holds but its files; "self": the process that asks."""
+    with (proc / str(pid) / "smaps_rollup").open() as rollup:
+        return next(int(line.split()[1]) for line in rollup if line.startswith("Anonymous:"))
+
+
 def status_kib(pid: int, keys: tuple[str, ...], proc: Path = PROC) -> dict[str, int] | None:
     """Those of ``/proc/PID/status``'s number lines named: its kB lines (``VmRSS``, ``VmHWM``) in kB,
     counts as they are (``voluntary_ctxt_switches``: the main thread's), 0 for one it lacks (a
