@@ -191,6 +191,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # liveness are then one job. Their pieces are kept for it (_ReadPieces), and the same action
     # collects the tally each task ends with. Meanwhile the second job is planned (PlannedAhead).
     first = _pieces(spark, tasks, whole, ports, spool, counted_cost, kept=spool)
+    _ready_to_submit(first)  # before the threads below take the interpreter's lock from the driver's thread
     ahead = PlannedAhead(spark, spool, cores, shares) if spool is not None and tables_out else None
     page_ready = report_ready() if report else None  # while the Spark jobs run, not after the last
     with progress.meanwhile("reading"):
@@ -466,6 +467,17 @@ def _pieces(spark: SparkSession, tasks: list[list[Split]], whole: list[CaptureFi
         parts.append(files.mapInArrow(partial(_read_files, whole=by_uri, ports=ports, counted_cost=counted_cost,
                                               kept=kept), PIECES))
     return reduce(DataFrame.union, parts)
+
+
+def _ready_to_submit(pieces: DataFrame | RDD[bytes]) -> None:
+    """Make the reading job's RDD on the JVM side now (its task's Python command pickled, its
+    PythonRDD made: the calls to the JVM of an RDD's first action but the action's own), so that its
+    action is one call. The threads started next (PlannedAhead: about 90 calls to the JVM; the
+    report's page made ready) would otherwise take turns with the driver's thread for the
+    interpreter's lock while it made them, delaying the first job's submission while every core
+    waits for it. A DataFrame's plan is made by its action."""
+    if isinstance(pieces, RDD):
+        pieces._jrdd  # noqa: B018 - the property makes and keeps the JVM's RDD
 
 
 def read_by_rdd() -> bool:
