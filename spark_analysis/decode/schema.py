@@ -123,8 +123,11 @@ EVENT_ROWS = _schema(
 #: table rows only when Spark writes the tables (job.py), connections never (they are only counted);
 #: events as a pickled list of EVENT_ROWS tuples of one server endpoint (``event_server``) a row: the
 #: JVM only moves them to that endpoint's liveness task, where a row per event cost it a conversion
-#: each way; a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data)
-_EVENTS_AND_TALLY = (("event", pa.binary()), ("event_server", pa.string()), ("tally", pa.binary()))
+#: each way; a task's last row carries only its ``tally`` (job.py: what the driver counts, returned as data);
+#: ``batch``: the hand-out's batch decoded (job.Claims: any task may take it), by which the liveness stage
+#: orders what it reads, as the shuffle of a task a batch would have brought it (null: the task's own)
+_EVENTS_AND_TALLY = (("event", pa.binary()), ("event_server", pa.string()), ("tally", pa.binary()),
+                     ("batch", pa.int64()))
 DECODED = _schema(*((name, pa.struct(list(rows))) for name, rows in (
     ("frame", FRAME_ROWS), ("call", CALL_ROWS), ("registration", REGISTRATION_ROWS), ("controller", CONTROLLER_ROWS))),
     *_EVENTS_AND_TALLY)

@@ -117,6 +117,15 @@ def claimed_shares(cores: int) -> list[int]:
     return [4] * cores + [2] * cores + [1] * cores
 
 
+def claimed_decoding(cores: int, at_least: int = 0) -> list[int]:
+    """The shares of the decoding stage's batches where its tasks take them for themselves (job.Claims,
+    a task a core: a local master, whose driver hands the pieces out): with one core one batch (no
+    core to balance, and a batch costs its part files and a tally), with more as claimed_shares;
+    ``at_least`` equal batches where more are needed (task_shares)."""
+    shares = [1] if cores == 1 else claimed_shares(cores)
+    return shares if at_least <= len(shares) else [1] * at_least
+
+
 def deal(costs: Mapping[ConnectionKey, int], shares: list[int], hashed: int = 0) -> dict[ConnectionKey, int]:
     """The costliest 4-tuples, each with its task: costliest first, to the task furthest below
     its share of the whole. ``hashed`` is the cost of the 4-tuples no reading task counted: they,

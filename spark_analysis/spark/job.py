@@ -184,7 +184,9 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     # so few, but the small last ones go to whichever core is free; a task holds its pieces, whose
     # payloads are inline for the files read whole (a compressed one inflates to several times its size)
     whole_bytes = sum(map(inputs.planned_bytes, whole))
-    shares = balance.task_shares(cores, whole_bytes // inputs.MAX_SPLIT_BYTES + 1)
+    at_least = whole_bytes // inputs.MAX_SPLIT_BYTES + 1
+    # where the driver hands the pieces out (a local master), a task a core takes the batches for itself
+    shares = balance.task_shares(cores, at_least) if spool is None else balance.claimed_decoding(cores, at_least)
 
     # The reading tasks run first: the capture periods their records span set the time bins in
     # which the brokers' liveness is counted, so that decoding, writing the tables and the
@@ -268,14 +270,14 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
     elif guessed:
         decoded = pieces.decoded(decode, sent, Counter({key: cost for key, cost in read.costs.items()
                                                            if key not in guessed}), shares, read.hashed_cost,
-                                 guessed=guessed, among=False)
+                                 guessed=guessed, among=False, cores=cores)
         # in the liveness stage, their part files numbered after the others'
         beside = pieces.beside(partial(_beside_replay, decode=decode),
                                Counter({key: read.costs[key] for key in guessed}),
                                balance.claimed_shares(cores), guessed, first_part=len(shares),
                                replay_tasks=liveness_tasks(cores, server_ends))
     else:
-        decoded = pieces.decoded(decode, sent, read.costs, shares, read.hashed_cost)
+        decoded = pieces.decoded(decode, sent, read.costs, shares, read.hashed_cost, cores=cores)
     with progress.meanwhile("decoding"):
         if planned is not None:
             assert ahead is not None
@@ -296,7 +298,7 @@ def _analyse(spark: SparkSession, paths: Iterable[str], out: str, ports: Ports, 
             progress(f"a 4-tuple of the {len(guessed)} guessed clients' carried an event the replay needed: "
                      f"replaying again with every 4-tuple's events")
             again = pieces.decoded(partial(decode_batches, servers=servers, left_out=left_out, events_only=True),
-                                   EVENTS, read.costs, shares, read.hashed_cost)
+                                   EVENTS, read.costs, shares, read.hashed_cost, cores=cores)
             replayed, _ = broker_liveness(again, time_bins, by_file, sessions, endpoints,
                                           servers=server_ends, cores=cores)
             liveness = Liveness(replayed.brokers, time_bins, liveness.tallies, replayed.stories)
@@ -688,16 +690,18 @@ class _ReadPieces:
 
     def decoded(self, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: StructType,
                 costs: Counter, shares: list[int], hashed: int = 0, guessed: frozenset[ConnectionKey] = frozenset(),
-                among: bool = False) -> DataFrame:
-        """``decode`` (a mapInArrow function over batches of pieces) over a task per share; with
-        ``guessed``, only the pieces of those 4-tuples (``among``) or of the others."""
+                among: bool = False, cores: int = 1) -> DataFrame:
+        """``decode`` (a mapInArrow function over batches of pieces) over a task per share (cached:
+        Spark shuffles them) or over a batch of the hand-out per share, which ``cores`` tasks take for
+        themselves (handed out: _handed_plan); with ``guessed``, only the pieces of those 4-tuples
+        (``among``) or of the others."""
         if self.cached is not None:
             dealt = balance.deal(costs, shares, hashed=hashed)
             pieces = self.cached.where(balance.among(guessed) if among else ~balance.among(guessed)) if guessed \
                 else self.cached
             return pieces.repartition(len(shares), balance.task_column(dealt, len(shares))).mapInArrow(decode, schema)
         return _handed_plan(self.spark, self.hand_out(costs, shares, hashed, guessed, among), decode, schema,
-                            len(shares))
+                            len(shares), cores)
 
     def beside(self, decode: Callable[..., Iterator[pa.RecordBatch]], costs: Counter, shares: list[int],
                guessed: frozenset[ConnectionKey], first_part: int, replay_tasks: int) -> DataFrame | Beside:
@@ -746,12 +750,18 @@ class _ReadPieces:
             self.cached.unpersist()
 
 
-def _handed_plan(spark: SparkSession, handed: str, decode: Callable[[Iterable[pa.RecordBatch]],
-                                                                    Iterator[pa.RecordBatch]],
-                 schema: StructType, tasks: int) -> DataFrame:
-    """``decode`` over ``tasks`` tasks, each given its pieces by the driver: its batch of the
-    ``handed`` file (_ReadPieces), which may be written after the plan is made (PlannedAhead)."""
-    return spark.range(0, tasks, 1, tasks).mapInArrow(partial(_decode_handed, handed=handed, decode=decode), schema)
+def _handed_plan(spark: SparkSession, handed: str, decode: Callable[..., Iterator[pa.RecordBatch]],
+                 schema: StructType, batches: int, cores: int) -> DataFrame:
+    """``decode`` over the ``batches`` of the ``handed`` file (_ReadPieces: a batch per share, which
+    may be written after the plan is made, PlannedAhead), in a task a core (at most one a batch),
+    each taking the next batch nobody took when it is free, biggest first (Claims): a Python task
+    costs its worker and the JVM ~30 ms whatever its size, and the next stage waits for the last
+    one. A task a share (two a core, of two and one shares) was 4 Python tasks on two cores against
+    2 now, and the core that ended first waited up to a share, a sixth of the stage's work, where
+    it now waits at most the last batch, a fourteenth (balance.claimed_decoding)."""
+    tasks = max(1, min(cores, batches))
+    return spark.range(0, tasks, 1, tasks).mapInArrow(partial(_decode_handed, handed=handed,
+                                                              batches_handed=batches, decode=decode), schema)
 
 
 def _claimed_beside(handed: str, batches: int, decode: Callable[..., Iterator[pa.RecordBatch]]) -> Beside:
@@ -794,7 +804,8 @@ class PlannedAhead:
             self.plan = self._planned(spark, cores, shares)
 
     def _planned(self, spark: SparkSession, cores: int, shares: list[int]) -> DataFrame:
-        decoded = _handed_plan(spark, self.handed, SpooledFunction(self.functions, "decode"), EVENTS, len(shares))
+        decoded = _handed_plan(spark, self.handed, SpooledFunction(self.functions, "decode"), EVENTS, len(shares),
+                               cores)
         beside = _claimed_beside(self.claimed, len(balance.claimed_shares(cores)),
                                  SpooledFunction(self.functions, "beside")) if self.beside else None
         plan = liveness_plan(decoded, SpooledFunction(self.functions, "replay"), beside, self.tasks, self.rows_to)
@@ -841,13 +852,16 @@ def _nothing_beside(batches: Iterable[pa.RecordBatch], batch: int | None = None)
     return iter(())
 
 
-def _decode_handed(batches: Iterable[pa.RecordBatch], handed: str,
-                   decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
-    """A decoding task given its pieces by the driver (_ReadPieces): its index is all its partition
-    holds, and its pieces are that batch of the ``handed`` file."""
-    for batch in batches:
-        for index in batch.column(0).to_pylist():
-            yield from _decode_own(index, handed, decode)
+def _decode_handed(batches: Iterable[pa.RecordBatch], handed: str, batches_handed: int,
+                   decode: Callable[..., Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    """A decoding task given its pieces by the driver (_ReadPieces): the batches of the ``handed``
+    file it takes (Claims; its partition holds only its index), each decoded as its own part
+    (``decode``'s ``handed``: its part files and rows numbered by the batch, not by the task)."""
+    for _ in batches:
+        pass
+    context = TaskContext.get()
+    for index in Claims(handed, batches_handed).taken(context.partitionId(), context.attemptNumber()):
+        yield from _decode_own(index, handed, partial(decode, handed=index))
 
 
 def _decode_own(index: int, handed: str, decode: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
@@ -916,7 +930,7 @@ class Claims:
 def _events_of(decoded: DataFrame) -> DataFrame:
     """What the liveness stage reads of the decoded rows where they are DECODED (Spark writes the
     tables): the events and the tallies, all EVENTS holds."""
-    return decoded.where(f"{EVENT} IS NOT NULL OR tally IS NOT NULL").select(EVENT, "event_server", "tally")
+    return decoded.where(f"{EVENT} IS NOT NULL OR tally IS NOT NULL").select(*EVENTS.names)
 
 
 def _beside_replay(batches: Iterable[pa.RecordBatch], decode: Callable[..., Iterator[pa.RecordBatch]],
@@ -966,21 +980,24 @@ def decode_batches(batches: Iterable[pa.RecordBatch], servers: Servers, tables_o
                 if kind in _BLOCKS:
                     blocked += len(row)
             if sum(map(len, pending.values())) + blocked >= _BATCH_ROWS:
-                yield from _send(pending, writer, tally, places, events_only)
+                yield from _send(pending, writer, tally, places, events_only, handed)
                 blocked = 0
                 worker.drill("decode")
-        yield from _send(pending, writer, tally, places, events_only)
+        yield from _send(pending, writer, tally, places, events_only, handed)
     worker.drill("decode")
     if writer is not None:
         writer.close()
-    yield _decoded_batch(_sent_schema(writer, events_only), 1, tally=pa.array([pickle.dumps(tally)], pa.binary()))
+    yield _decoded_batch(_sent_schema(writer, events_only), 1, tally=pa.array([pickle.dumps(tally)], pa.binary()),
+                         batch=pa.array([handed], pa.int64()))
 
 
 def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tally,
-          places: Places | None = None, events_only: bool = False) -> Iterator[pa.RecordBatch]:
+          places: Places | None = None, events_only: bool = False, handed: int | None = None
+          ) -> Iterator[pa.RecordBatch]:
     """Count the pending rows and send them on, emptying them: table rows to the part files if
     ``writer``, every other kind as one batch to the JVM with the other kinds' columns null. FRAME
-    and CALL rows come as blocks (rows.FrameBlock, rows.CallBlock), made into columns."""
+    and CALL rows come as blocks (rows.FrameBlock, rows.CallBlock), made into columns. Events name
+    the hand-out's batch they are of (``handed``), if any."""
     counting.count_connections(tally, pending[CONNECTION])
     pending[CONNECTION].clear()
     counting.note_controller_calls(tally, pending[CONTROLLER_NOTE])
@@ -1007,7 +1024,8 @@ def _send(pending: dict[str, list], writer: tables.PartWriter | None, tally: Tal
         pending[EVENT].clear()
         events = pa.array([pickle.dumps(rows) for rows in by_server.values()], pa.binary())
         yield _decoded_batch(_sent_schema(writer, events_only), len(by_server), event=events,
-                             event_server=pa.array(list(by_server), pa.string()))
+                             event_server=pa.array(list(by_server), pa.string()),
+                             batch=pa.array([handed] * len(by_server), pa.int64()))
 
 
 def _sent_schema(writer: tables.PartWriter | None, events_only: bool) -> pa.Schema:

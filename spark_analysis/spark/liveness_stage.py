@@ -277,6 +277,23 @@ def beside_replay(decoded: Iterable[pa.RecordBatch], handed: int | None = None) 
             yield arrow_batch([{**row, "batch": handed} for row in rows], _ARROW_LIVENESS)
 
 
+def _in_batch_order(batches: Iterable[pa.RecordBatch]) -> list[tuple[bytes | None, str | None, bytes | None]]:
+    """The events, servers and tallies of a partition's rows, ordered by the hand-out's batch each
+    names (job.Claims: a decoding task takes batches as it is free, so the rows of two batches come
+    in the order their tasks ran them), else as they came: what a task a batch, shuffled here in the
+    order of the tasks, gives, whichever task took which batch. The replay's order of events at
+    one time is the order they come in."""
+    rows = []
+    for batch in batches:
+        columns = [batch.column(name).to_pylist() for name in ("event", "event_server", "tally")]
+        at = batch.schema.get_field_index("batch")
+        handed = batch.column(at).to_pylist() if at >= 0 else [None] * batch.num_rows
+        rows += zip(handed, *columns, strict=True)
+    if any(row[0] is not None for row in rows):
+        rows.sort(key=lambda row: -1 if row[0] is None else row[0])  # stable: a batch's rows in their order
+    return [row[1:] for row in rows]
+
+
 def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, files: FileSpans,
                       sessions: Sessions, endpoints: dict[str, EndpointStory]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition of events: each server endpoint's replay, one LIVENESS row per
@@ -285,13 +302,13 @@ def _liveness_batches(batches: Iterable[pa.RecordBatch], time_bins: TimeBins, fi
     with worker.no_cycle_collection():
         by_server: dict[str, list[dict]] = {}
         tallies = []
-        for batch in batches:
-            tallies += [tally for tally in batch.column(2).to_pylist() if tally is not None]
+        for events, server, tally in _in_batch_order(batches):
+            if tally is not None:
+                tallies.append(tally)
             # each pickled list is of one server's events (job._send), which event_server names
-            for events, server in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
-                if events is not None:
-                    by_server.setdefault(server or "?", []).extend(
-                        [dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in pickle.loads(events)])
+            if events is not None:
+                by_server.setdefault(server or "?", []).extend(
+                    [dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in pickle.loads(events)])
         stays, stories, routes = [], [], []
         for server, events in by_server.items():
             replay = replay_server(server, events, sessions, endpoints.get(server),

@@ -57,6 +57,13 @@ def test_task_shares_per_core_biggest_first_and_equal_where_more_are_needed() ->
     assert balance.task_shares(2, at_least=5) == [1] * 5
 
 
+def test_the_decoding_batches_a_task_a_core_takes_are_claimed_shares_and_one_on_one_core() -> None:
+    assert balance.claimed_decoding(1) == [1]
+    assert balance.claimed_decoding(2) == balance.claimed_shares(2) == [4, 4, 2, 2, 1, 1]
+    assert balance.claimed_decoding(1, at_least=3) == [1, 1, 1]
+    assert balance.claimed_decoding(2, at_least=7) == [1] * 7
+
+
 def test_batches_taken_beside_the_replay_end_the_two_cores_at_most_a_small_batch_apart() -> None:
     """The liveness stage's two tasks take the batches beside the replay (job.Claims), biggest first,
     each core the next when it is free, one core after its replay: whatever the replay's length up

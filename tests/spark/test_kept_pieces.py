@@ -13,7 +13,7 @@ import pytest
 from spark_analysis.capture import inputs
 from spark_analysis.decode import schema
 from spark_analysis.output import tables
-from spark_analysis.spark import job
+from spark_analysis.spark import balance, job
 
 
 @pytest.fixture
@@ -166,6 +166,42 @@ def test_the_liveness_stage_runs_a_python_task_a_core_which_take_the_batches_bes
     last = tracker.getJobInfo(max(tracker.getJobIdsForGroup("beside")))
     assert last is not None
     assert tracker.getStageInfo(max(last.stageIds)).numTasks == sc.defaultParallelism
+
+
+def test_the_decoding_stage_runs_a_python_task_a_core_which_take_the_batches_handed_out(
+        spark, synthetic: tuple[Path, dict], tmp_path: Path) -> None:
+    """Where the driver hands the pieces out (a local master), the decoding stage's tasks take the
+    hand-out's batches for themselves (job.Claims, balance.claimed_decoding): a Python task a core,
+    not one a share (each costs its worker and the JVM ~30 ms, and the liveness stage waits for the
+    last), the tables' part files numbered by batch, six on two cores, whichever task took each."""
+    sc = spark.sparkContext
+    sc.setJobGroup("decoding", "the decoding stage's tasks")
+    try:
+        job.analyse(spark, [str(synthetic[0])], str(tmp_path / "out"), log=lambda _: None, counted_cost=1 << 62)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    last = tracker.getJobInfo(max(tracker.getJobIdsForGroup("decoding")))
+    assert last is not None
+    assert tracker.getStageInfo(min(last.stageIds)).numTasks == sc.defaultParallelism == 2
+    parts = sorted(path.name for path in (tmp_path / "out" / "frames").glob("*.parquet"))
+    assert len(parts) == len(balance.claimed_decoding(2)) == 6
+
+
+def test_the_liveness_stage_reads_the_decoded_rows_in_the_order_of_their_batches() -> None:
+    """Rows of two batches come to the liveness stage in the order of the tasks that took them
+    (Claims), not of the batches: it reads them by batch, as a task a batch gave them, each batch's
+    in its order; rows of no batch (a task's own pieces) as they came."""
+    from spark_analysis.spark import liveness_stage
+
+    def rows(*found: tuple[bytes, int | None]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist([{"event": event, "event_server": "s", "batch": batch}
+                                           for event, batch in found], schema=schema.EVENTS)
+
+    taken = [rows((b"b2", 2), (b"b0-1", 0)), rows((b"b0-2", 0), (b"b1", 1))]
+    assert [event for event, _, _ in liveness_stage._in_batch_order(taken)] == [b"b0-1", b"b0-2", b"b1", b"b2"]
+    own = [rows((b"x", None), (b"y", None)), rows((b"a", None))]
+    assert [event for event, _, _ in liveness_stage._in_batch_order(own)] == [b"x", b"y", b"a"]
 
 
 def test_each_batch_is_taken_once_and_a_task_run_again_takes_back_its_own(tmp_path: Path) -> None:
