@@ -19,7 +19,11 @@ neighbour on a shared machine, the JVM's threads on it) then ends its big task l
 core takes the small one it would have run: the stage ends nearer when the work does than when the
 slower core's equal half does. Each task costs its Python worker and the JVM a fixed ~30 ms, so
 two a core, not more: three (four, two and one shares) gave the 10 h capture's two-core run 15
-Python tasks against one core's 4 (docs/benchmarks.md).
+Python tasks against one core's 4 (docs/benchmarks.md). Where the driver hands the pieces out
+(a local master, job._ReadPieces), the tasks are one a core, each taking the next batch of the
+hand-out nobody took when it is free (job.Claims): the batches then cost no Python task each, so
+they are four, two and one shares a core (claimed_decoding), and the cores end at most the last
+batch apart.
 
 Spark's hash partitioning sends a row to pmod(murmur3(value, seed 42), partitions), the hash
 its bucketed tables on disk rely on; a dealt 4-tuple gets a value that hashes to its task. Were

@@ -778,8 +778,9 @@ class PlannedAhead:
     (_ReadPieces.hand_out). Made between the jobs, the plan cost the driver about 80 calls to the
     JVM and the JVM its analysis and physical planning while every core waited (docs/benchmarks.md).
 
-    The plan's shape is what the first job cannot change on this master: the decoding tasks a
-    share each (balance.task_shares: the files Spark reads whole are known before), the liveness
+    The plan's shape is what the first job cannot change on this master: the decoding stage a task
+    a core taking the hand-out's batches (balance.claimed_decoding: the files Spark reads whole are
+    known before), the liveness
     stage one task on one core, else a task a core with the guessed clients' decoding beside the
     replay (balance.decode_beside_replay; where no 4-tuple is guessed a client's, nothing is
     beside: _nothing_beside, and a core with no NameServer to replay has an empty task, ~10 ms of
