@@ -1568,7 +1568,7 @@ def endpoint_rows(stories: dict[str, Any], nameservers: set[str], served: Counte
                                   "refused": o.refused, "unseen": o.unseen,
                                   # only where another address of the same listener told it: the rest as they were
                                   **({"seen_as": o.seen_as} if o.seen_as else {}),
-                                  **_down_range_row(o)} for o in story.outages],
+                                  **_down_range_row(o), **_also_down_row(o)} for o in story.outages],
                      "refused": [{"count": n, "first": iso_time(a), "last": iso_time(b), "when": when}
                                  for n, a, b, when in story.refused]})
         if story.turned_away:  # only where there were: every other capture's summary as it was
@@ -1599,6 +1599,7 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
     """Restarts and stops of NameServers, attempts refused while nothing listened, and servers asked
     only what no NameServer serves (a broker's port captured too: its calls are not judged)."""
     shared, also_as = _one_listener_told(endpoints)
+    by_endpoint = {row["endpoint"]: row for row in endpoints}
     for row in endpoints:
         endpoint = row["endpoint"]
         if row["kind"] == "other":
@@ -1614,11 +1615,15 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                 named = (f"NameServer {endpoint} (also reached as {', '.join(also)}: the same port on another of "
                          f"this host's addresses, one listener)" if also else f"NameServer {endpoint}")
                 more = {"also_as": also} if also else {}
+                polls, polled = _polls_said(outage, by_endpoint)
+                more.update(polled)
                 if outage["up"] is None:
+                    polls = polls and f"; meanwhile attempts refused: {polls}"
                     yield _finding("server_stopped", WARNING, f"{named} stopped at {outage['down']}: it "
-                                   f"closed its {outage['closed']} connection(s) and took none again",
+                                   f"closed its {outage['closed']} connection(s) and took none again{polls}",
                                    server=endpoint, t=outage["down"], closed=outage["closed"], **more)
                     continue
+                polls = polls and f", and {polls}"
                 down_s = seconds_between(outage["down"], outage["up"])
                 back = _came_back(brokers, endpoint, outage, row["outages"])
                 went = (f"not listening by {outage['down']} (no connection open as it went: its first refused "
@@ -1630,7 +1635,7 @@ def _endpoint_findings(endpoints: list[Item], brokers: list[Item]) -> Iterable[I
                             f"same listener on another of this host's addresses), down at least {down_s:,.1f} s")
                 yield _finding("server_restart", WARNING, f"{named} restarted: {went}, "
                                f"took connections again at {outage['up']}; {outage['refused']} attempt(s) refused "
-                               f"meanwhile; {len(back)} broker(s) registered again: "
+                               f"meanwhile{polls}; {len(back)} broker(s) registered again: "
                                f"{', '.join(map(clipped_name, back)) or 'none'}",
                                server=endpoint, t=outage["down"], up=outage["up"], down_s=round(down_s, 3),
                                refused_while_down=outage["refused"], came_back=back, **more,
@@ -1663,6 +1668,40 @@ def _down_range_row(outage: Outage) -> Item:
         return {}
     return {"down_s_range": [round(bounds[0], 3), round(bounds[1], 3)], "last_refused": _iso(outage.last_refused),
             **({"last_seen": _iso(outage.last_seen)} if outage.unseen else {})}
+
+
+def _also_down_row(outage: Outage) -> Item:
+    """An outage's ``also_down_as``: what other addresses of the same listener told of it by their own
+    packets (model/endpoints._link_addresses); only where there are, so that every other row is as it was."""
+    if not outage.also_down_as:
+        return {}
+    return {"also_down_as": [{"endpoint": o.endpoint, "down": iso_time(o.down), "unseen": o.unseen,
+                              "refused": o.refused, "last_refused": _iso(o.last_refused), "up": _iso(o.up)}
+                             for o in outage.also_down_as]}
+
+
+def _polls_said(outage: Item, rows: Mapping[str, Item]) -> tuple[str, Item]:
+    """The clause and the evidence (``polled_as``) telling what the other addresses of a restarted or
+    stopped NameServer's listener saw of it, those that are no NameServer (a NameServer's is its own
+    finding): at 127.0.0.1:9876 a launch script's or health check's polls refused every 0.1 s while the
+    server its brokers reach as [::1]:9876 came back, and the first one it took again: the restart's
+    window as those polls saw it, which nothing else told. Called polls only where every connection
+    that address took carried nothing either way (its ``empty``)."""
+    others = [o for o in outage.get("also_down_as", []) if rows[o["endpoint"]]["kind"] != "nameserver"]
+    if not others:
+        return "", {}
+    said = []
+    for other in others:
+        row = rows[other["endpoint"]]
+        what = (" (connections that carried nothing: polls, as a launch script's or a health check's)"
+                if row["accepted"] and row["empty"] == row["accepted"] else "")
+        refused = (f"{other['refused']:,} at {other['endpoint']}{what}"
+                   + (f" from {other['down']} to {other['last_refused']}" if other["refused"] else ""))
+        back = f", which took one again at {other['up']}" if other["up"] else ", which took none again"
+        said.append(refused + back)
+    clause = f"{'; '.join(said)}: the same port on another of this host's addresses, one listener"
+    return clause, {"polled_as": [{"endpoint": o["endpoint"], "refused": o["refused"], "first": o["down"],
+                                   "last": o["last_refused"], "up": o["up"]} for o in others]}
 
 
 def _down_said(outage: Item, down_s: float) -> str:

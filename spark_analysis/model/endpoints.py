@@ -62,6 +62,21 @@ def server_sides(ends: Ends) -> dict[tuple[str, str], str]:
     return sides
 
 
+@dataclass(frozen=True)
+class OtherAddressDown:
+    """What another address of one listener told of the same outage by its own packets: when it went
+    (``down``: its closes, or of an ``unseen`` one its first refused attempt), the attempts refused there
+    while it was down (the last at ``last_refused``) and the connection it took again (``up``, None: none
+    within the capture)."""
+
+    endpoint: str
+    down: float
+    unseen: bool
+    refused: int
+    last_refused: float | None
+    up: float | None
+
+
 @dataclass
 class Outage:
     """The endpoint went away (its established connections closed by it together) at ``down``,
@@ -81,6 +96,10 @@ class Outage:
     last_seen: float | None = field(default=None, compare=False)
     #: its latest attempt refused while down: nothing listened then
     last_refused: float | None = field(default=None, compare=False)
+    #: the outages another address of the same listener told by its own packets at the same time
+    #: (_link_addresses): a launch script's or health check's polls of 127.0.0.1:9876 while the
+    #: NameServer its brokers reach as [::1]:9876 came back. Derived, not compared.
+    also_down_as: list[OtherAddressDown] = field(default_factory=list, compare=False)
 
     def down_range(self) -> tuple[float, float] | None:
         """How long it was down as the packets bound it, or None where they do not (it stopped; no
@@ -176,9 +195,11 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
         story.outages = _outages(connections)
         story.outages = sorted(story.outages + _unseen_outages(connections, attempts, story.outages),
                                key=lambda o: o.down)
-    _one_listener(stories, own_addresses(ends), connected, attempted)
+    listeners = _one_listener(stories, own_addresses(ends), connected, attempted)
     for server, story in stories.items():
         _place_refused(story, attempted[server], bool(connected[server]))
+    for endpoints in listeners:
+        _link_addresses([stories[endpoint] for endpoint in endpoints])
         # a close as the server went away (stopped with a request unanswered) is its going, not a refusal
         story.turned_away = {client: t for client, t in story.turned_away.items() if story.went_away(t) is None}
     return stories
@@ -199,7 +220,7 @@ def own_addresses(ends: Ends) -> set[str]:
 
 
 def _one_listener(stories: dict[str, EndpointStory], own: set[str], connected: Mapping[str, list[_Connection]],
-                  attempted: Mapping[str, list[tuple[float, int]]]) -> None:
+                  attempted: Mapping[str, list[tuple[float, int]]]) -> list[list[str]]:
     """A server listening on all addresses (Java's bindAddress 0.0.0.0, as it ships) is reached at
     each address of its host: 127.0.0.1:9877 by the brokers beside it, 10.38.1.1:9877 by an
     operator's box and by its own probe, one listener. A capture on that host holds both, and where
@@ -209,14 +230,17 @@ def _one_listener(stories: dict[str, EndpointStory], own: set[str], connected: M
     of their connections goes on through it, and no attempt was refused at one while the other took
     connections (the same port on two addresses with two listeners, or one bound to one address
     only: 127.0.0.1:9876 up while 10.38.1.1:9876 refuses). Two hosts' endpoints are never one:
-    another host's address is not this host's own."""
+    another host's address is not this host's own. Returns the groups of endpoints taken for one
+    listener."""
     by_port: dict[str, list[str]] = {}
+    listeners: list[list[str]] = []
     for endpoint in sorted(stories):
         if _host(endpoint) in own and connected.get(endpoint):
             by_port.setdefault(endpoint.rpartition(":")[2], []).append(endpoint)
     for endpoints in by_port.values():
         if len(endpoints) < 2 or not _alike(endpoints, connected, attempted):
             continue
+        listeners.append(endpoints)
         told = {endpoint: list(stories[endpoint].outages) for endpoint in endpoints}
         for endpoint in endpoints:
             for other in endpoints:
@@ -227,6 +251,30 @@ def _one_listener(stories: dict[str, EndpointStory], own: set[str], connected: M
                         stories[endpoint].outages.append(Outage(outage.down, outage.up, 0, unseen=True,
                                                                 seen_as=other))
             stories[endpoint].outages.sort(key=lambda o: o.down)
+    return listeners
+
+
+def _link_addresses(stories: list[EndpointStory]) -> None:
+    """Each outage an address of one listener told by its own packets, given the overlapping ones its
+    other addresses told by theirs (``also_down_as``): one restart seen at two addresses. The 5.x
+    NameServer listening on every address, its brokers at [::1]:9876, went away closing their
+    connections; meanwhile its launch script polled 127.0.0.1:9876 every 0.1 s, 137 attempts refused
+    until it listened again, which no finding told (that address asked nothing: no NameServer's
+    restart of its own). Outages another address was only given (``seen_as``) add nothing."""
+    for story in stories:
+        for outage in story.outages:
+            if outage.seen_as is not None:
+                continue
+            end = float("inf") if outage.up is None else outage.up
+            for other in stories:
+                if other is story:
+                    continue
+                outage.also_down_as.extend(
+                    OtherAddressDown(other.endpoint, theirs.down, theirs.unseen, theirs.refused,
+                                     theirs.last_refused, theirs.up)
+                    for theirs in other.outages
+                    if theirs.seen_as is None and theirs.down < end
+                    and outage.down < (float("inf") if theirs.up is None else theirs.up))
 
 
 def _alike(endpoints: list[str], connected: Mapping[str, list[_Connection]],

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections import Counter
 
 from spark_analysis.analysis import findings
-from spark_analysis.model.endpoints import Outage, endpoint_stories, own_addresses
+from spark_analysis.model.endpoints import OtherAddressDown, Outage, endpoint_stories, own_addresses
 from spark_analysis.model.periods import ConnectionEnds
+from spark_analysis.model.sessions import iso_time
 from tests.spark.test_truth import _told, truth_of
 from tests.spark.truth_check import judge
 
@@ -82,3 +83,51 @@ def test_the_checker_takes_one_restart_naming_its_addresses_for_each() -> None:
                                      for run, back in [ns["runs"]]]
     at_loop["evidence"][0]["also_as"] = [HOST]
     assert judge(truth, summary) == []
+
+
+#: v5-v6restart's shape: the NameServer listening on every address, its brokers at [::1]:9876 (it closed
+#: their connections as it went, their retries refused), its launch script polling 127.0.0.1:9876 (each
+#: poll accepted carries nothing; refused while it came back)
+V6, POLLED = "[::1]:9876", "127.0.0.1:9876"
+
+
+def _dual_stack() -> dict[tuple[str, str], ConnectionEnds]:
+    return {("[::1]:50000", V6): ConnectionEnds(0.0, True, 50.0, True, 50.0, False, True, 0.0, (), 49.0),
+            ("[::1]:50001", V6): ConnectionEnds(55.0, True, 70.0, True, None, False, True, None, (55.0, 70.0)),
+            ("[::1]:50002", V6): ConnectionEnds(76.0, True, 300.0, False, None, False, True, 76.0, (), 299.0),
+            ("127.0.0.1:40000", POLLED): ConnectionEnds(5.0, True, 5.1, True, 5.1, True, True, 5.0),
+            ("127.0.0.1:40001", POLLED): ConnectionEnds(60.0, True, 75.0, True, None, False, True, None,
+                                                        (60.0, 65.0, 75.0)),
+            ("127.0.0.1:40002", POLLED): ConnectionEnds(75.5, True, 75.6, True, 75.6, True, True, 75.5)}
+
+
+def test_a_restart_holds_what_another_address_of_its_listener_told_of_it_by_its_own_packets() -> None:
+    (outage,) = endpoint_stories(_dual_stack())[V6].outages
+    assert (outage.down, outage.up, outage.refused) == (50.0, 76.0, 2)
+    assert outage.also_down_as == [OtherAddressDown(POLLED, 60.0, True, 3, 75.0, 75.5)]
+
+
+def test_a_restart_tells_the_polls_another_address_of_its_listener_refused_while_it_came_back() -> None:
+    """v5-v6restart: 137 polls of 127.0.0.1:9876 refused while the NameServer its brokers reach as
+    [::1]:9876 came back, told by no finding (that address asked nothing: no restart of its own)."""
+    rows = findings.endpoint_rows(endpoint_stories(_dual_stack()), {V6}, Counter())
+    (said,) = [f for f in findings.evidence([], {}, [], {}, rows) if f["kind"] == "server_restart"]
+    assert said["polled_as"] == [{"endpoint": POLLED, "refused": 3, "first": iso_time(60.0), "last": iso_time(75.0),
+                                  "up": iso_time(75.5)}]
+    assert (f"2 attempt(s) refused meanwhile, and 3 at {POLLED} (connections that carried nothing: polls, as a "
+            f"launch script's or a health check's) from {iso_time(60.0)} to {iso_time(75.0)}, which took one "
+            f"again at {iso_time(75.5)}") in said["message"]
+
+
+def test_another_nameserver_address_s_own_restart_is_its_own_finding_not_polls() -> None:
+    rows = findings.endpoint_rows(endpoint_stories(_dual_stack()), {V6, POLLED}, Counter())
+    said = [f for f in findings.evidence([], {}, [], {}, rows) if f["kind"] == "server_restart"]
+    assert [f["server"] for f in said] == [POLLED, V6]
+    assert not any("polled_as" in f for f in said)
+
+
+def test_polls_of_an_address_refused_while_the_other_served_are_another_listener_s() -> None:
+    ends = _dual_stack()
+    ends[("127.0.0.1:40003", POLLED)] = ConnectionEnds(30.0, True, 30.0, True, None, False, True, None, (30.0,))
+    (outage,) = endpoint_stories(ends)[V6].outages
+    assert outage.also_down_as == []
