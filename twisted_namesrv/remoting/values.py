@@ -15,8 +15,11 @@ class BadRequest(ValueError):
 
 
 #: what Long.parseLong / Integer.parseInt accept, range aside: Character.digit takes any Unicode
-#: decimal digit (Arabic-Indic, fullwidth...), as Python's ``\d`` on str does; no space, no '_'
-JAVA_INTEGER = re.compile(r"[+-]?\d+")
+#: decimal digit (Arabic-Indic, fullwidth...), as Python's ``\d`` on str does; no space, no '_'.  Java
+#: reads the string a UTF-16 ``char`` at a time, so a digit beyond U+FFFF (mathematical bold U+1D7CE..,
+#: Osmanya, Adlam: 290 of Python's ``\d``) is two surrogates, no digit, and throws: Java 17's BMP digits
+#: are exactly Python's (370, checked with Character.digit), the rest are refused here as Java refuses them
+JAVA_INTEGER = re.compile(r"[+-]?(?:(?![\U00010000-\U0010FFFF])\d)+")
 #: ASCII digits no longer than this are below 2**63 whatever they are: int() of them needs no checks
 #: but the range of the width asked for (every number a header of a Java peer carries takes this path)
 _PLAIN_DIGITS = 18
@@ -30,7 +33,7 @@ def java_bool(value: str | None) -> bool:
 def parse_java_integer(value: str | None, bits: int = 64) -> int | None:
     """Long.parseLong / Integer.parseInt: decimal digits (any script's, as Java's Character.digit)
     with an optional sign, in range; None where Java throws (Python's int() alone would also take
-    '1_0' or ' 0')."""
+    '1_0', ' 0' or a digit beyond U+FFFF, which Java reads as two surrogates)."""
     if value is None:
         return None
     if len(value) <= _PLAIN_DIGITS and value.isascii() and value.isdigit():  # the usual field: no regex, no scan
