@@ -14,6 +14,26 @@ class BadRequest(ValueError):
     log), on every listener (the NameServer's, the controller's)."""
 
 
+#: the largest body a handler decodes whole in the reactor's turn (QUERY_DATA_VERSION's DataVersion,
+#: REGISTER_TOPIC_IN_NAMESRV's TopicRouteData, the controller's SyncStateSet): Java's brokers send
+#: under 1 KiB of each (a DataVersion's three numbers, one broker's QueueData).  Java reads any size
+#: in a thread of its pool; here every other peer waits for the decoding, and 16 MiB of JSON object
+#: keys took 2 s of CPU (5.8 s written as fastjson's bare numbers, read through the json module)
+BODY_AT_ONCE_MAX = 64 * 1024
+#: the controller's GET_SYNC_STATE_DATA names broker sets (mqadmin getSyncStateSet -c: every set of a
+#: cluster), up to 20,000 of them: a list of short names, decoded at once too
+NAMES_BODY_MAX = 1024 * 1024
+
+
+def small_body(body: bytes | memoryview | None, what: str, limit: int = BODY_AT_ONCE_MAX) -> bytes | None:
+    """``body`` as bytes, to be decoded at once; a BadRequest (SYSTEM_ERROR, ``bad_request``) when it is
+    over ``limit``, before a byte of it is read."""
+    if body is not None and len(body) > limit:
+        raise BadRequest(f"{what}: a body of {len(body)} bytes is over the {limit} read at once "
+                         "(a broker sends under 1 KiB)")
+    return None if body is None else bytes(body)
+
+
 #: what Long.parseLong / Integer.parseInt accept, range aside: Character.digit takes any Unicode
 #: decimal digit (Arabic-Indic, fullwidth...), as Python's ``\d`` on str does; no space, no '_'.  Java
 #: reads the string a UTF-16 ``char`` at a time, so a digit beyond U+FFFF (mathematical bold U+1D7CE..,
