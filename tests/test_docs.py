@@ -60,3 +60,24 @@ def test_architecture_has_a_row_for_every_module(package):
                if path.name != "__init__.py"}
     assert sorted(modules - named) == []
     assert sorted(name for name in named if name.endswith(".py") and name not in modules) == []
+
+
+def test_the_controller_acl_table_lists_the_codes_the_controller_serves_by_their_class():
+    """security.md's ACL table of the controller port names each code the controller serves (Java
+    5.3.3's ControllerManager.registerProcessor: 904, 1001-1006, 1009-1013) under the class
+    controller_request_class gives it, and no other: it listed 1007 GET_BROKER_EPOCH_CACHE as a read,
+    a code Java's controller and this one answer 3 (REQUEST_CODE_NOT_SUPPORTED)."""
+    from twisted_namesrv.controller.processor import HANDLERS
+    from twisted_namesrv.state.acl import controller_request_class
+
+    text = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
+    section = text[text.index("\n## The controller port\n"):]
+    rows = re.findall(r"^  \| (broker|admin|read) \| ([^|]+) \|", section, re.MULTILINE)
+    listed: dict[str, set[int]] = {kind: {int(code) for code in re.findall(r"\b(\d{3,4})\b", codes)}
+                                   for kind, codes in rows}
+    assert set(listed) == {"broker", "admin", "read"}
+    assert set().union(*listed.values()) == {int(code) for code in HANDLERS}
+    for kind, codes in listed.items():
+        for code in codes:
+            designated = {"designateElect": "true"} if kind == "admin" else {}
+            assert controller_request_class(code, designated) == kind, (kind, code)

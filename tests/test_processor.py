@@ -928,7 +928,8 @@ def test_route_answers_follow_order_topic_config(ns):
 
 
 @pytest.mark.parametrize(("key", "value"), [("T1", "x"), ("T1", "a:x"), ("T1", "a:2147483647"), ("T1", "a:4;;b:4"),
-                                          ("T1", ":4"), ("T1", "a\x1b[2J:4"), ("T 1", "a:1"), ("T" * 128, "a:1")])
+                                          ("T1", ":4"), ("T1", "a\x1b[2J:4"), ("T 1", "a:1"), ("T" * 128, "a:1"),
+                                          ("T1", "a:\U0001d7d2")])
 def test_an_order_topic_conf_no_producer_could_use_is_refused_and_changes_nothing(ns, key, value):
     """Every Java producer of the topic parses the route's orderTopicConf (split on ';' and ':',
     Integer.parseInt, a MessageQueue a queue): one unsigned put of ``x`` made each producer's route
@@ -953,7 +954,7 @@ def test_an_order_topic_conf_no_producer_could_use_is_refused_and_changes_nothin
 def test_an_order_topic_conf_producers_parse_is_taken_as_java_takes_it(ns):
     ns.register()
     ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
-    for value in ("broker-a:4;broker-b:4", "a:1;", "a:-3", "a:+5;b:65531", "a:1:2", ";;", ""):
+    for value in ("broker-a:4;broker-b:4", "a:1;", "a:-3", "a:+5;b:65531", "a:1:2", ";;", "", "a:\u0664"):
         put = {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": "%RETRY%g|T-1_x", "value": value}
         assert ns.call(RequestCode.PUT_KV_CONFIG, put).code == ResponseCode.SUCCESS, value
     put = {"namespace": "OTHER", "key": "T 1", "value": "x"}  # other namespaces hold anything

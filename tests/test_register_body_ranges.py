@@ -85,10 +85,11 @@ def test_register_topic_in_namesrv_refuses_a_queue_number_past_an_int(tmp_path, 
 
 
 @pytest.mark.parametrize(("name", "value"), [("totalQueues", 2**31), ("epoch", 2**63), ("currIdMap", {"0": 2**31}),
-                                             ("currIdMap", {str(2**31): 0})])
+                                             ("currIdMap", {str(2**31): 0}), ("currIdMap", {"\U0001d7ce": 0})])
 def test_a_static_topic_s_mapping_past_java_s_types_is_refused(name, value):
     """TopicQueueMappingInfo: totalQueues an int, epoch a long, currIdMap ints to ints; the mappings
-    are served in routes (topicQueueMappingByBroker) and kept for good."""
+    are served in routes (topicQueueMappingByBroker) and kept for good.  A key that is a digit beyond
+    U+FFFF is no Integer to fastjson (two surrogates to Integer.parseInt): it was read as 0 here."""
     info = {"topic": "T", "scope": "s", "totalQueues": 1, "bname": "b", "epoch": 1, "dirty": False,
             "currIdMap": {"0": 0}}
     info[name] = value

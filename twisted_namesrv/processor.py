@@ -47,7 +47,7 @@ from .refusals import acl_refusal
 from .remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType, fastjson
 from .remoting.codes import V3_0_11, V4_9_4, code_name
 from .remoting.crc import crc32_masked_steps
-from .remoting.values import BadRequest, java_bool, parse_java_integer
+from .remoting.values import BadRequest, java_bool, parse_java_integer, small_body
 from .state.config import ConfigError, control_characters, masked, oversized
 from .state.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVLimitError
 from .state.order_topics import order_topic_conf_problem
@@ -123,8 +123,11 @@ def java_text(value: object) -> str:
 
 
 def json_body(request: RemotingCommand) -> Any:
+    """The body of a request decoded at once (QUERY_DATA_VERSION, REGISTER_TOPIC_IN_NAMESRV), at most
+    BODY_AT_ONCE_MAX (values.small_body)."""
+    body = small_body(request.body, f"request {request.code}") or b""
     try:
-        return fastjson.loads(bytes(request.body or b""))
+        return fastjson.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"body is not JSON: {exc}") from None
 

@@ -20,10 +20,12 @@ def test_only_true_in_any_case_is_true(value: str | None, expected: bool) -> Non
     ("-2147483648", 32, -(1 << 31)), ("1_0", 64, None), (" 0", 64, None), ("٣", 64, 3), ("", 64, None),
     (None, 64, None), ("0x10", 64, None), ("9" * 5000, 64, None), ("-" + "9" * 5000, 64, None),
     ("0" * 5000 + "7", 64, 7), ("-" + "0" * 5000 + "1", 32, -1), ("٠" * 5000 + "٣", 64, 3), ("+" + "0" * 5000, 64, 0),
+    ("\U0001d7d2", 64, None), ("1\U0001d7ce", 32, None), ("-\U000104a1", 64, None), ("\uff14", 32, 4),
 ])
 def test_integers_as_long_and_integer_parse_them(value: str | None, bits: int, expected: int | None) -> None:
     # "٣" is 3 to Java: Integer.parseInt reads each char with Character.digit, which takes any Unicode digit;
-    # 5,000 digits (a header field holds 64 KiB): Python's int() raised past 4,300, a traceback a request
+    # 5,000 digits (a header field holds 64 KiB): Python's int() raised past 4,300, a traceback a request;
+    # a digit beyond U+FFFF (mathematical bold four, Osmanya one) is two chars to Java, no digit: it throws
     assert parse_java_integer(value, bits) == expected
     assert optional_long(value, bits) == expected
 
@@ -61,3 +63,13 @@ def test_the_longs_taken_as_they_are_are_those_java_numbers_answers_with_themsel
     except ValueError:
         answered = None
     assert taken == (answered is not None and type(value) is int and answered == [value])
+
+
+def test_the_digits_taken_are_those_java_17_takes() -> None:
+    """Java's Integer.parseInt reads a char at a time with Character.digit: the 370 decimal digits of
+    the BMP (Java 17 and 25 alike, counted with Character.digit over 0..0xFFFF), never a digit beyond
+    U+FFFF, which Python's ``\\d`` and int() take (290 more in Unicode 14). Taken, an ORDER_TOPIC_CONFIG
+    value ``broker-a:\U0001d7d2`` passed the check every producer's route update then threw on."""
+    taken = [c for c in range(0x110000) if parse_java_integer(chr(c)) is not None]
+    assert len(taken) == 370 and max(taken) <= 0xFFFF
+    assert sum(1 for c in range(0x10000, 0x110000) if chr(c).isdecimal()) > 0  # what Python alone would take

@@ -15,6 +15,7 @@ import msgspec
 
 from ..remoting import fastjson
 from ..remoting.fastjson import ORDER_PIECE, bucket_order, java_hash_map, java_hash_order, java_spread, table_size
+from ..remoting.values import parse_java_integer
 
 PERM_READ = 1 << 2
 PERM_WRITE = 1 << 1
@@ -170,8 +171,11 @@ def kv_table_bean(table: dict[str, str]) -> dict[str, Any]:
 
 def int_keys(mapping: dict[str, Any]) -> dict[Any, Any]:
     """Map keys back to ints where Java's map is keyed by Long/Integer (brokerAddrs, currIdMap),
-    so fastjson's plain mode writes them bare again."""
-    return {int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k: v for k, v in mapping.items()}
+    so fastjson's plain mode writes them bare again: a key Long.parseLong reads (values.py; ``²``,
+    which str.isdigit takes and int() refuses, or ``𝟏``, which Java reads as two surrogates, stay
+    strings, as no Java map holds them)."""
+    return {k if not isinstance(k, str) or (number := parse_java_integer(k)) is None else number: v
+            for k, v in mapping.items()}
 
 
 #: TopicQueueMappingInfo's fields and the JSON types fastjson reads into them; any other field is dropped,

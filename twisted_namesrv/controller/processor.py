@@ -20,7 +20,7 @@ from ..dispatch import HandlerTable
 from ..refusals import Refusals, acl_refusal
 from ..remoting import RemotingCommand, fastjson
 from ..remoting.codes import V5_3_3
-from ..remoting.values import BadRequest, java_bool
+from ..remoting.values import NAMES_BODY_MAX, BadRequest, java_bool, small_body
 from ..state.acl import AccessControl, controller_request_class
 from ..state.config import control_characters, oversized
 from . import bodies, headers
@@ -70,8 +70,9 @@ def _long(request: RemotingCommand, name: str, bits: int = 64) -> int | None:
 
 def alter_sync_state_set(manager: ControllerManager, request: RemotingCommand, peer: Peer) -> Answer:
     header = headers.AlterSyncStateSetRequestHeader.from_ext(request.ext)
+    body = small_body(request.body, "CONTROLLER_ALTER_SYNC_STATE_SET")
     try:
-        new_set, set_epoch = bodies.parse_sync_state_set(None if request.body is None else bytes(request.body))
+        new_set, set_epoch = bodies.parse_sync_state_set(body)
     except ValueError as exc:
         raise BadRequest(f"CONTROLLER_ALTER_SYNC_STATE_SET: {exc}") from None
     return _answer(request, manager.submit(lambda: manager.replicas.alter_sync_state_set(
@@ -142,7 +143,9 @@ def get_sync_state_data(manager: ControllerManager, request: RemotingCommand, pe
     names: list[object] = []
     if request.body:
         try:
-            decoded = fastjson.loads(bytes(request.body))
+            decoded = fastjson.loads(small_body(request.body, "CONTROLLER_GET_SYNC_STATE_DATA", NAMES_BODY_MAX) or b"")
+        except BadRequest:
+            raise
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequest(f"CONTROLLER_GET_SYNC_STATE_DATA: the body is not a JSON list of broker names: {exc}") \
                 from None
