@@ -32,16 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .bodies.route import MASTER_ID
-from .lost_topics import DEPARTURES
+from .lost_topics import CLEAN_STOP, CRASHES
 from .state.costly import Costly, KeepTimers
 from .state.routes import RouteInfoManager
 from .state.topology import KnownGroup, Topology
-
-#: how a broker that stopped cleanly left (UNREGISTER_BROKER: mqshutdown broker, systemctl stop)
-CLEAN_STOP = "unregistered"
-#: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
-#: the connection went idle): ranked above a clean stop (``unregistered``) in colour and order
-CRASHES = DEPARTURES - {CLEAN_STOP}
 
 
 def is_crash(kind: str) -> bool:
