@@ -145,7 +145,8 @@ def test_a_broker_restarting_cleanly_that_then_crashes_three_times_is_flapping_o
     assert world.seen.flaps.started == 1 and world.seen.flaps.started_clean == 1
     told = lines(events)
     (warned,) = [line for line in told if line.startswith("broker flapping: ")]
-    assert "3 departures without unregistering in 0.3 min (the last closed), after restarting cleanly" in warned
+    assert ("3 departures without unregistering in 0.3 min (the last closed), summarised as restarting cleanly for "
+            "the 0.5 min before") in warned
     assert not [line for line in told if line.startswith("broker closed: ")]  # summarised meanwhile
     kinds = [e.kind for e in world.seen.events.recent]
     assert kinds.count("restarting") == 1 and kinds.count("flapping") == 1

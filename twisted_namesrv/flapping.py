@@ -191,7 +191,8 @@ class FlapWatch:
         self.started += 1
         self._tell("warn", "flapping", flap.info,
                    f"{FLAP_DEPARTURES} departures without unregistering in {(now - first) / 60:.1f} min (the last "
-                   f"{kind}), after restarting cleanly for {(first - flap.since_steady) / 60:.1f} min; its "
+                   f"{kind}), summarised as restarting cleanly for the {(now - flap.since_steady) / 60:.1f} min "
+                   f"before; its "
                    f"registrations and departures are summarised here until it settles "
                    f"({FLAP_SETTLE_SECONDS / 60:.0f} min without one)",
                    flapping="started", clean=False, departures=FLAP_DEPARTURES, crashes=FLAP_DEPARTURES)
