@@ -97,14 +97,78 @@ def test_a_broker_flapping_for_ten_minutes_is_one_warning_summaries_and_one_sett
     assert world.seen.flaps.flapping() == [] and world.seen.flaps.started == 1
 
 
-def test_a_clean_stop_restart_loop_flaps_too_and_settling_gone_says_so(tmp_path):
+def test_a_clean_stop_restart_loop_is_restarting_cleanly_not_flapping(tmp_path):
+    """A broker stopped with mqshutdown (it unregisters) and started again, again and again: an
+    operator's or a supervisor's restarts.  It warned "broker flapping" and NamesrvBrokerFlapping, the
+    warning of a crash loop.  Now its lines are summarised the same way, at info, no warning: the
+    gauge of flapping brokers stays empty, the one of brokers restarting cleanly names it."""
     world = World(tmp_path)
     with capturedLogs() as events:
         flap(world, 2, every=10, kill=False)  # stops cleanly each time
-        assert [(f.info["broker"], f.info["addr"]) for f in world.seen.flaps.flapping()] == [("broker-a", A)]
+        assert world.seen.flaps.flapping() == [] and world.seen.flaps.started == 0
+        assert [(f.info["broker"], f.info["addr"]) for f in world.seen.flaps.restarting()] == [("broker-a", A)]
+        assert world.seen.flaps.started_clean == 1
         world.advance(FLAP_SETTLE_SECONDS + 5)  # and stays stopped
-    (settled,) = [line for line in lines(events) if line.startswith("broker settled: ")]
-    assert ": gone (the last unregistered" in settled
+    told = lines(events)
+    levels = {message_of(e): e["log_level"].name for e in events if e.get("log_namespace", "").endswith("housekeeping")}
+    (started,) = [line for line in told if line.startswith("broker restarting cleanly: ")]
+    assert started.startswith("broker restarting cleanly: cluster=c1 broker=broker-a id=0 addr=10.0.0.1:10911: 3 "
+                              "departures in "), started
+    assert "3 of them clean stops (unregistered" in started and levels[started] == "info"
+    assert not [line for line in told if line.startswith(("broker flapping", "broker still flapping"))], told
+    assert [line for line, level in levels.items() if level == "warn" and "broker-a" in line
+            and not line.startswith("broker group ")] == []  # (the group's own clean-stop line aside)
+    (settled,) = [line for line in told if line.startswith("broker settled: ")]
+    assert ": gone (the last unregistered" in settled and "after restarting cleanly" in settled
+    kinds = [e.kind for e in world.seen.events.recent]
+    assert kinds.count("restarting") == 1 and kinds.count("settled") == 1 and "flapping" not in kinds
+
+
+def test_a_broker_restarting_cleanly_that_then_crashes_three_times_is_flapping_once(tmp_path):
+    """Summarised as restarting cleanly, its crashes are not told one by one: three within the window
+    make it flapping, one warning then, the gauges moved from one to the other."""
+    world = World(tmp_path)
+    with capturedLogs() as events:
+        flap(world, 0.5, every=5, kill=False)  # three clean stops: restarting cleanly
+        assert len(world.seen.flaps.restarting()) == 1
+        for _ in range(FLAP_DEPARTURES - 1):
+            world.register()
+            world.advance(5)
+            world.routes.on_channel_destroy(A, "connection closed")
+            world.advance(5)
+        assert len(world.seen.flaps.restarting()) == 1 and world.seen.flaps.flapping() == []  # two crashes
+        world.register()
+        world.advance(5)
+        world.routes.on_channel_destroy(A, "connection closed")  # the third
+        world.advance(5)
+    assert world.seen.flaps.restarting() == [] and len(world.seen.flaps.flapping()) == 1
+    assert world.seen.flaps.started == 1 and world.seen.flaps.started_clean == 1
+    told = lines(events)
+    (warned,) = [line for line in told if line.startswith("broker flapping: ")]
+    assert ("3 departures without unregistering in 0.3 min (the last closed), summarised as restarting cleanly for "
+            "the 0.5 min before") in warned
+    assert not [line for line in told if line.startswith("broker closed: ")]  # summarised meanwhile
+    kinds = [e.kind for e in world.seen.events.recent]
+    assert kinds.count("restarting") == 1 and kinds.count("flapping") == 1
+
+
+def test_two_clean_stops_and_a_kill_are_restarting_cleanly(tmp_path):
+    """Two rolling restarts of a master then a kill -9 (the drills' "one warning an on-call engineer
+    may not agree with"): restarting cleanly, the kill told by its own line (NamesrvBrokerCrashed)."""
+    world = World(tmp_path)
+    with capturedLogs() as events:
+        for kill in (False, False, True):
+            world.register()
+            world.advance(30)
+            if kill:
+                world.routes.on_channel_destroy(A, "connection closed")
+            else:
+                world.routes.unregister_broker("c1", A, "broker-a", 0)
+            world.advance(30)
+    assert world.seen.flaps.flapping() == [] and len(world.seen.flaps.restarting()) == 1
+    (line,) = [line for line in lines(events) if line.startswith("broker restarting cleanly: ")]
+    assert "3 departures in 2.0 min (the last closed), 2 of them clean stops" in line
+    assert [line for line in lines(events) if line.startswith("broker closed: ")]  # the kill's own line
 
 
 def test_a_rolling_restart_is_no_flap(tmp_path):
@@ -178,6 +242,33 @@ def test_metrics_and_the_page_say_flapping_while_it_lasts(tmp_path):
     assert ("namesrv_brokers_flapping", (("broker", "broker-a"), ("cluster", "c1"))) not in samples
     assert value(samples, "namesrv_broker_flapping_started_total") == 1
     assert served.api.clusters()["outages"]["brokers_flapping"] == []
+
+
+def test_metrics_and_the_page_say_restarting_cleanly_apart_from_flapping(tmp_path):
+    """A clean-stop restart loop through the served wiring: namesrv_brokers_restarting_cleanly names the
+    group (NamesrvBrokerRestartingCleanly, info), namesrv_brokers_flapping does not (NamesrvBrokerFlapping,
+    a warning), and /api/clusters lists it under brokers_restarting_cleanly."""
+    from tests.web.test_metrics_and_api import Served, value
+
+    served = Served(tmp_path)
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_restarting_cleanly_started_total") == 0  # served from the start
+    for _ in range(FLAP_DEPARTURES):
+        served.broker()
+        served.clock.advance(5)
+        served.service.state.routes.unregister_broker("c1", MASTER, "broker-a", 0)
+        served.clock.advance(5)
+    served.broker()
+    samples = served.scrape()
+    assert value(samples, "namesrv_brokers_restarting_cleanly", cluster="c1", broker="broker-a") == 1
+    assert ("namesrv_brokers_flapping", (("broker", "broker-a"), ("cluster", "c1"))) not in samples
+    assert value(samples, "namesrv_broker_flapping_started_total") == 0
+    assert value(samples, "namesrv_broker_restarting_cleanly_started_total") == 1
+    outages = served.api.clusters()["outages"]
+    assert outages["brokers_flapping"] == []
+    (restarting,) = outages["brokers_restarting_cleanly"]
+    assert (restarting["cluster"], restarting["broker_name"], restarting["addr"]) == ("c1", "broker-a", MASTER)
+    assert restarting["registrations"] == 1
 
 
 def test_a_broker_flapping_before_a_restart_flaps_on_after_it(tmp_path, monkeypatch):
@@ -262,3 +353,25 @@ def test_a_restored_flap_whose_broker_never_comes_back_settles_saying_so():
     assert watch.flapping() == []
     assert told[-1][1].startswith("broker settled: cluster=c1 broker=broker-a id=0 addr=10.0.0.1:10911: not back "
                                   "since the restart (the last restart 5.0 min ago)"), told
+
+
+def test_a_broker_restarting_cleanly_before_a_restart_restarts_on_and_one_that_began_so_flaps_since_then():
+    from twisted_namesrv.events import RouteEvent
+
+    now = [10_000.0]
+    told: list[tuple[str, str]] = []
+    watch = FlapWatch(lambda: now[0], lambda: now[0], lambda level, text, fields: told.append((level, text)))
+    info = {"cluster": "c1", "broker": "broker-a", "id": 0, "addr": A, "reason": "..."}
+    other = {**info, "broker": "broker-b", "addr": B}
+    watch.restore([RouteEvent(1, 9_900.0, "restarting", info, 1, 9_900.0),
+                   RouteEvent(2, 9_800.0, "restarting", other, 1, 9_800.0),
+                   RouteEvent(3, 9_950.0, "flapping", other, 1, 9_950.0)])
+    assert [f.info["broker"] for f in watch.restarting()] == ["broker-a"]
+    assert [(f.info["broker"], f.since) for f in watch.flapping()] == [("broker-b", 9_800.0)]
+    assert sorted(told) == sorted([
+        ("info", "broker still restarting cleanly: cluster=c1 broker=broker-a id=0 addr=10.0.0.1:10911: restarting "
+                 "cleanly since before this restart (1.7 min): its registrations and departures are summarised here "
+                 "until it settles (5 min without one)"),
+        ("warn", "broker still flapping: cluster=c1 broker=broker-b id=0 addr=10.0.0.2:10911: flapping since before "
+                 "this restart (3.3 min): its registrations and departures are summarised here until it settles "
+                 "(5 min without one)")])

@@ -266,7 +266,8 @@ def test_a_write_encodes_only_the_groups_that_changed_since(monkeypatch):
         return dumps({"format": 1, "groups": [
             {"cluster": g.cluster, "broker": g.broker, "since": g.since, "left": g.left, "how": g.how,
              "members": [[m.broker_id, m.addr, m.since] for m in g.members], "up": sorted(g.up),
-             **({"master_how": g.master_how} if g.master_how else {})}
+             **({"master_how": g.master_how} if g.master_how else {}),
+             **({"master_left": g.master_left} if g.master_left is not None else {})}
             for g in t.groups.values()]}, separators=(",", ":")).encode()
     assert encode(topology) == whole(topology)
     before = topology.copy()
@@ -921,3 +922,72 @@ def test_the_gauges_count_a_crashed_master_but_not_a_restarted_ones_seconds_with
             value(samples, "namesrv_clusters_without_writable_queues")) == (1, 1)
     assert not [key for key in samples if key[0] == "namesrv_broker_group_stopped_cleanly_timestamp_seconds"]
     served.service.topology.stopService()
+
+
+def unregister(served: Served, addr: str, broker_id: str, name: str = "broker-a", cluster: str = "cA") -> None:
+    answer, _ = ask(served, RequestCode.UNREGISTER_BROKER, {"clusterName": cluster, "brokerAddr": addr,
+                                                            "brokerName": name, "brokerId": broker_id}, account=None)
+    assert answer.code == ResponseCode.SUCCESS
+
+
+def test_the_master_stopped_alerts_time_is_the_masters_own_whatever_its_slaves_did_since(tmp_path):
+    """NamesrvBrokerGroupMasterStoppedCleanly says "stopped cleanly at T": T was the group's last departure
+    (KnownGroup.left), so a slave restarted while its master was down moved it to the slave's stop."""
+    served = Served(tmp_path)
+    for addr, broker_id in ((MASTER, "0"), (B1, "1")):
+        register(*served.connect(), addr, "broker-a", extra={"clusterName": "cA", "brokerId": broker_id})
+    unregister(served, MASTER, "0")
+    master_stopped = served.clock.seconds()
+    served.clock.advance(40)
+    unregister(served, B1, "1")  # the slave restarted meanwhile: stopped, then started again
+    served.clock.advance(20)
+    register(*served.connect(), B1, "broker-a", extra={"clusterName": "cA", "brokerId": "1"})
+    samples = served.scrape()
+    assert value(samples, "namesrv_broker_group_master_stopped_cleanly", cluster="cA", broker="broker-a") == 1
+    assert value(samples, "namesrv_broker_group_stopped_cleanly_timestamp_seconds", cluster="cA",
+                 broker="broker-a") == master_stopped  # not the slave's stop, 40 s later
+    register(*served.connect(), MASTER, "broker-a", extra={"clusterName": "cA", "brokerId": "0"})
+    assert not [key for key in served.scrape() if key[0] == "namesrv_broker_group_stopped_cleanly_timestamp_seconds"]
+
+
+def test_a_cluster_stopped_master_first_and_started_slave_first_after_a_restart_shows_the_masters_time(tmp_path):
+    """The reverse order across a restart of the NameServer: the master stopped, its slave 12 s later (the
+    group's last departure), the NameServer restarted, the slave registered first: the time shown was the
+    slave's stop; now the master's own, kept in topology.json."""
+    first = Served(tmp_path)
+    first.service.topology.startService()
+    for addr, broker_id in ((MASTER, "0"), (B1, "1")):
+        register(*first.connect(), addr, "broker-a", extra={"clusterName": "cA", "brokerId": broker_id})
+    unregister(first, MASTER, "0")
+    master_stopped = first.clock.seconds()
+    first.clock.advance(12)
+    unregister(first, B1, "1")
+    assert value(first.scrape(), "namesrv_broker_group_stopped_cleanly_timestamp_seconds", cluster="cA",
+                 broker="broker-a") == master_stopped + 12  # the whole group: its last member's
+    first.service.topology.stopService()
+    assert json.loads((tmp_path / "topology.json").read_bytes())["groups"][0]["master_left"] == master_stopped
+    again = Served(tmp_path)
+    again.clock.advance(60)
+    register(*again.connect(), B1, "broker-a", extra={"clusterName": "cA", "brokerId": "1"})  # the slave first
+    samples = again.scrape()
+    assert value(samples, "namesrv_broker_group_master_stopped_cleanly", cluster="cA", broker="broker-a") == 1
+    assert value(samples, "namesrv_broker_group_stopped_cleanly_timestamp_seconds", cluster="cA",
+                 broker="broker-a") == master_stopped
+
+
+def test_a_topology_file_without_the_masters_time_reads_as_before():
+    """A file a version before master_left wrote: the group's last departure, as then."""
+    data = (b'{"format":1,"groups":[{"cluster":"cA","broker":"broker-a","since":1.0,"left":30.0,'
+            b'"how":"unregistered","members":[[0,"10.0.0.1:10911",1.0],[1,"10.0.2.1:10911",1.0]],"up":[1],'
+            b'"master_how":"unregistered"}]}')
+    (group,) = decode(data).values()
+    assert (group.master_how, group.master_left, group.left) == ("unregistered", None, 30.0)
+    topology = Topology(lambda: 100.0, KeptHosts())
+    topology.restore(decode(data))
+    assert b'"master_left"' not in encode(topology)  # written only when set
+    topology.heard("unregistered", {"cluster": "cA", "broker": "broker-a", "addr": "10.0.2.1:10911", "id": 1})
+    topology.heard("registered", {"cluster": "cA", "broker": "broker-a", "addr": "10.0.0.1:10911", "id": 0})
+    assert topology.group("cA", "broker-a").master_left is None
+    topology.heard("closed", {"cluster": "cA", "broker": "broker-a", "addr": "10.0.0.1:10911", "id": 0})
+    assert topology.group("cA", "broker-a").master_left == 100.0
+    assert decode(encode(topology))[("cA", "broker-a")].master_left == 100.0

@@ -24,6 +24,16 @@ departures of the others within the window count on.  Flapping is the broker's d
 restart of ours fixes nothing of it, and before, it started again at zero, its next two departures
 told one by one, a second "flapping" warning and page event, the gauge (and NamesrvBrokerFlapping)
 gone meanwhile and its "since" the restart's.
+
+A clean stop is not a crash.  A broker stopped with ``mqshutdown broker`` (or by its supervisor's
+SIGTERM) unregisters, and one started again a minute later registers: three such restarts in ten
+minutes (an operator's rolling restarts, a maintenance script, a liveness probe that keeps failing)
+warned as flapping, the warning of a crash loop, for what an operator did on purpose.  So only
+departures without unregistering (CRASHES: expired, closed, idle) make a broker *flapping* (the
+warning, NamesrvBrokerFlapping); a broker that left FLAP_DEPARTURES times of which fewer were
+crashes is *restarting cleanly*: its lines are summarised the same way (the log and the page are
+spared the same noise), at info level, and NamesrvBrokerRestartingCleanly (info) says it.  One
+that then crashes FLAP_DEPARTURES times within the window is flapping from then on: one warning.
 """
 
 from __future__ import annotations
@@ -34,9 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .events import RouteEvent, broker_key
-from .lost_topics import DEPARTURES, LIMIT
+from .lost_topics import CRASHES, DEPARTURES, LIMIT
 
-#: departures of one broker within FLAP_WINDOW_SECONDS that make it flapping
+#: departures of one broker within FLAP_WINDOW_SECONDS that make its lines summarised: flapping when
+#: as many of them were crashes (CRASHES), restarting cleanly when fewer were
 FLAP_DEPARTURES = 3
 #: the window those departures are counted in (the 10 minutes a departure stays on the page)
 FLAP_WINDOW_SECONDS = 600.0
@@ -52,6 +63,8 @@ RESTART = "restart"
 
 #: route events that bring a broker (back) into brokerLiveTable
 ARRIVALS = frozenset({"registered", "confirmed"})
+#: the page's events that start a flap: one of crashes (a warning), one of mostly clean stops (an info)
+STARTS = {"flapping": False, "restarting": True}
 
 #: tell(level, message, fields): "warn" or "info", the line made whole, its fields for JSON lines
 Tell = Callable[[str, str, dict[str, Any]], None]
@@ -59,12 +72,16 @@ Tell = Callable[[str, str, dict[str, Any]], None]
 
 @dataclass
 class Flap:
-    """One broker flapping: since when, what it did since, and what it did last."""
+    """One broker flapping (or restarting cleanly): since when, what it did since, and what it did last."""
 
     info: dict[str, Any]
     #: when it started flapping: the wall clock (told), the steady clock (counted)
     since: float
     since_steady: float
+    #: restarting cleanly: fewer than FLAP_DEPARTURES of its departures in the window were crashes
+    clean: bool = False
+    #: while ``clean``: its crashes within the window (steady clock), FLAP_DEPARTURES of which make it flapping
+    crashes: deque[float] = field(default_factory=deque)
     #: its route events summarised since it started flapping, by kind
     kinds: Counter[str] = field(default_factory=Counter)
     #: of those, since the last summary line
@@ -90,12 +107,15 @@ class FlapWatch:
 
     def __init__(self, clock: Callable[[], float], steady: Callable[[], float], tell: Tell) -> None:
         self.clock, self.steady, self.tell = clock, steady, tell
-        #: each broker's departures within the window (steady clock), for those not flapping
-        self._departures: dict[tuple[Any, Any, Any], deque[float]] = {}
+        #: each broker's departures within the window (steady clock, and whether each was a crash), for
+        #: those not flapping
+        self._departures: dict[tuple[Any, Any, Any], deque[tuple[float, bool]]] = {}
         #: the brokers flapping now by broker_key (read by the composition root's filter: empty, no
         #: call is made for a registration)
         self.now_flapping: dict[tuple[Any, Any, Any], Flap] = {}
+        #: brokers that started flapping (crashes) since start, and that started restarting cleanly
         self.started = 0
+        self.started_clean = 0
 
     def heard(self, kind: str, info: dict[str, Any]) -> bool:
         """A route event: True when it is to be told as it is (its log line, its page event),
@@ -108,6 +128,8 @@ class FlapWatch:
             if kind in ARRIVALS or kind in DEPARTURES:  # a "changed" (a slave's new data version at each
                 # heartbeat) is summarised too, but is no flap: a broker that stays settles
                 flap.last_kind, flap.last_steady, flap.info = kind, self.steady(), dict(info)
+                if flap.clean and kind in CRASHES:
+                    self._crashed(flap, kind)
             return False
         if kind in DEPARTURES:
             self._departed(key, kind, info)
@@ -116,8 +138,8 @@ class FlapWatch:
     def _departed(self, key: tuple[Any, Any, Any], kind: str, info: dict[str, Any]) -> None:
         now = self.steady()
         times = self._departures.pop(key, None) or deque()
-        times.append(now)
-        while times[0] <= now - FLAP_WINDOW_SECONDS:
+        times.append((now, kind in CRASHES))
+        while times[0][0] <= now - FLAP_WINDOW_SECONDS:
             times.popleft()
         if len(times) < FLAP_DEPARTURES:
             self._departures[key] = times  # the newest last: the oldest first out (LIMIT)
@@ -127,45 +149,89 @@ class FlapWatch:
         if len(self.now_flapping) >= LIMIT:  # as many flapping as the page keeps departures: told one by one
             self._departures[key] = times
             return
-        flap = Flap(dict(info), self.clock(), now, last_kind=kind, last_steady=now, summary_steady=now)
+        crashes = deque(when for when, crash in times if crash)
+        clean = len(crashes) < FLAP_DEPARTURES
+        flap = Flap(dict(info), self.clock(), now, clean, crashes, last_kind=kind, last_steady=now,
+                    summary_steady=now)
         self.now_flapping[key] = flap
+        minutes = (now - times[0][0]) / 60
+        summarised = (f"its registrations and departures are summarised here every {FLAP_SUMMARY_SECONDS / 60:.0f} "
+                      f"min until it settles ({FLAP_SETTLE_SECONDS / 60:.0f} min without one)")
+        if clean:
+            self.started_clean += 1
+            stops = len(times) - len(crashes)
+            self._tell("info", "restarting cleanly", info,
+                       f"{len(times)} departures in {minutes:.1f} min (the last {kind}), {stops} of them clean stops "
+                       f"(unregistered: an operator's or a supervisor's restarts, not a crash loop); {summarised}; "
+                       f"{FLAP_DEPARTURES} departures without unregistering within {FLAP_WINDOW_SECONDS / 60:.0f} "
+                       f"min would make it flapping",
+                       flapping="started", clean=True, departures=len(times), crashes=len(crashes),
+                       window_s=round(now - times[0][0], 3))
+            return
         self.started += 1
-        minutes = (now - times[0]) / 60
         self._tell("warn", "flapping", info,
-                   f"{len(times)} departures in {minutes:.1f} min (the last {kind}); its registrations and "
-                   f"departures are summarised here every {FLAP_SUMMARY_SECONDS / 60:.0f} min until it settles "
+                   f"{len(times)} departures in {minutes:.1f} min (the last {kind}); {summarised}",
+                   flapping="started", clean=False, departures=len(times), crashes=len(crashes),
+                   window_s=round(now - times[0][0], 3))
+
+    def _crashed(self, flap: Flap, kind: str) -> None:
+        """A broker restarting cleanly left without unregistering: FLAP_DEPARTURES such within the
+        window make it flapping, one warning (its restarts before were clean stops, its crashes now
+        are not)."""
+        now = flap.last_steady
+        crashes = flap.crashes
+        crashes.append(now)
+        while crashes[0] <= now - FLAP_WINDOW_SECONDS:
+            crashes.popleft()
+        if len(crashes) < FLAP_DEPARTURES:
+            return
+        first = crashes[0]
+        flap.clean = False
+        crashes.clear()
+        self.started += 1
+        self._tell("warn", "flapping", flap.info,
+                   f"{FLAP_DEPARTURES} departures without unregistering in {(now - first) / 60:.1f} min (the last "
+                   f"{kind}), summarised as restarting cleanly for the {(now - flap.since_steady) / 60:.1f} min "
+                   f"before; its "
+                   f"registrations and departures are summarised here until it settles "
                    f"({FLAP_SETTLE_SECONDS / 60:.0f} min without one)",
-                   flapping="started", departures=len(times), window_s=round(now - times[0], 3))
+                   flapping="started", clean=False, departures=FLAP_DEPARTURES, crashes=FLAP_DEPARTURES)
 
     def restore(self, events: Iterable[RouteEvent]) -> None:
         """The last run's events (event_log.py; oldest first, before any of this run's): a broker
-        whose "flapping" event has no "settled" after it flaps on, said in one line, settling once
-        FLAP_SETTLE_SECONDS pass after the restart without its registering or leaving; the others'
-        departures within the window counted on.  An event stamped ahead of the wall clock (a step
-        back since) is not counted: how long ago it came cannot be told."""
+        whose "flapping" (or "restarting") event has no "settled" after it flaps on (restarts on),
+        said in one line, settling once FLAP_SETTLE_SECONDS pass after the restart without its
+        registering or leaving; the others' departures within the window counted on.  An event
+        stamped ahead of the wall clock (a step back since) is not counted: how long ago it came
+        cannot be told."""
         now, steady = self.clock(), self.steady()
         flapping: dict[tuple[Any, Any, Any], RouteEvent] = {}
-        departures: dict[tuple[Any, Any, Any], deque[float]] = {}
+        departures: dict[tuple[Any, Any, Any], deque[tuple[float, bool]]] = {}
         for event in events:
             key = event.broker_key
-            if event.kind == "flapping":
-                flapping[key] = event
+            if event.kind in STARTS:
+                began = flapping.get(key)  # restarting cleanly, then flapping: flapping since it began
+                flapping[key] = event if began is None else RouteEvent(event.seq, began.ts, event.kind, event.info,
+                                                                       1, event.ts)
                 departures.pop(key, None)
             elif event.kind == "settled":
                 flapping.pop(key, None)
             elif event.kind in DEPARTURES and key not in flapping and 0 <= now - event.ts < FLAP_WINDOW_SECONDS:
-                departures.setdefault(key, deque()).append(steady - (now - event.ts))
+                departures.setdefault(key, deque()).append((steady - (now - event.ts), event.kind in CRASHES))
         for key, times in list(departures.items())[-LIMIT:]:
             self._departures[key] = times
         for key, event in list(flapping.items())[-LIMIT:]:
             info = {name: value for name, value in event.info.items() if name != "reason"}
             since_steady = steady - max(0.0, now - event.ts)
-            flap = Flap(info, event.ts, since_steady, last_kind=RESTART, last_steady=steady, summary_steady=steady)
+            clean = STARTS[event.kind]
+            flap = Flap(info, event.ts, since_steady, clean, last_kind=RESTART, last_steady=steady,
+                        summary_steady=steady)
             self.now_flapping[key] = flap
-            self._tell("warn", "still flapping", info,
-                       f"flapping since before this restart ({(steady - since_steady) / 60:.1f} min): its "
+            self._tell("info" if clean else "warn", _still(flap), info,
+                       f"{_doing(flap)} since before this restart ({(steady - since_steady) / 60:.1f} min): its "
                        f"registrations and departures are summarised here until it settles "
-                       f"({FLAP_SETTLE_SECONDS / 60:.0f} min without one)", flapping="ongoing", restored=True)
+                       f"({FLAP_SETTLE_SECONDS / 60:.0f} min without one)", flapping="ongoing", clean=clean,
+                       restored=True)
 
     def tick(self) -> None:
         """The timer's call: a broker that neither registered nor left for FLAP_SETTLE_SECONDS
@@ -179,15 +245,15 @@ class FlapWatch:
             elif now - flap.summary_steady >= FLAP_SUMMARY_SECONDS and flap.recent:
                 self._summarise(flap, now)
         oldest = now - FLAP_WINDOW_SECONDS
-        for key in [key for key, times in self._departures.items() if times[-1] <= oldest]:
+        for key in [key for key, times in self._departures.items() if times[-1][0] <= oldest]:
             del self._departures[key]
 
     def _summarise(self, flap: Flap, now: float) -> None:
         minutes = (now - flap.summary_steady) / 60
-        self._tell("warn", "still flapping", flap.info,
-                   f"{_kinds(flap.recent)} in the last {minutes:.1f} min (the last {flap.last_kind}); flapping "
+        self._tell("info" if flap.clean else "warn", _still(flap), flap.info,
+                   f"{_kinds(flap.recent)} in the last {minutes:.1f} min (the last {flap.last_kind}); {_doing(flap)} "
                    f"for {(now - flap.since_steady) / 60:.1f} min",
-                   flapping="ongoing", events=dict(flap.recent), last=flap.last_kind)
+                   flapping="ongoing", clean=flap.clean, events=dict(flap.recent), last=flap.last_kind)
         flap.recent.clear()
         flap.summary_steady = now
 
@@ -196,10 +262,10 @@ class FlapWatch:
                 "not back since the restart" if flap.last_kind == RESTART else "registered")
         quiet = now - flap.last_steady
         self._tell("info", "settled", flap.info,
-                   f"{left} (the last {flap.last_kind} {quiet / 60:.1f} min ago) after flapping "
+                   f"{left} (the last {flap.last_kind} {quiet / 60:.1f} min ago) after {_doing(flap)} "
                    f"{(flap.last_steady - flap.since_steady) / 60:.1f} min: "
                    f"{_kinds(flap.kinds) or 'no route event'} summarised",
-                   flapping="settled", events=dict(flap.kinds), last=flap.last_kind, left=left)
+                   flapping="settled", clean=flap.clean, events=dict(flap.kinds), last=flap.last_kind, left=left)
 
     def _tell(self, level: str, what: str, info: dict[str, Any], detail: str, **fields: Any) -> None:
         """One line: ``broker WHAT: cluster=... broker=... id=... addr=...: DETAIL``."""
@@ -207,8 +273,12 @@ class FlapWatch:
                   {**fields, "broker_info": dict(info), "detail": detail})
 
     def flapping(self) -> list[Flap]:
-        """The brokers flapping now, the longest flapping first."""
-        return list(self.now_flapping.values())
+        """The brokers flapping now (crashes: the warning), the longest flapping first."""
+        return [flap for flap in self.now_flapping.values() if not flap.clean]
+
+    def restarting(self) -> list[Flap]:
+        """The brokers restarting cleanly now (their lines summarised, no warning), the longest first."""
+        return [flap for flap in self.now_flapping.values() if flap.clean]
 
     def flap_of(self, info: dict[str, Any]) -> Flap | None:
         """The broker's flap, if it flaps now."""
@@ -217,6 +287,15 @@ class FlapWatch:
 
 def _name(info: dict[str, Any]) -> str:
     return f"cluster={info.get('cluster')} broker={info.get('broker')} id={info.get('id')} addr={info.get('addr')}"
+
+
+def _doing(flap: Flap) -> str:
+    """What a summarised broker does, as its lines say it."""
+    return "restarting cleanly" if flap.clean else "flapping"
+
+
+def _still(flap: Flap) -> str:
+    return "still restarting cleanly" if flap.clean else "still flapping"
 
 
 def _kinds(kinds: Counter[str]) -> str:

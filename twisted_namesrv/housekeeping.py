@@ -10,7 +10,7 @@ from twisted.internet import interfaces
 from twisted.logger import Logger, LogLevel
 
 from .logs import emit_fields, emit_made
-from .outages import CLEAN_STOP
+from .lost_topics import CLEAN_STOP
 from .server import RemotingFactory
 from .state.routes import RouteInfoManager
 from .state.topology import Topology

@@ -24,6 +24,11 @@ from .system_topics import is_system_topic
 
 #: route events after which a broker is no longer in brokerLiveTable
 DEPARTURES = frozenset({"expired", "closed", "idle", "unregistered"})
+#: how a broker that stopped cleanly left (UNREGISTER_BROKER: mqshutdown broker, systemctl stop)
+CLEAN_STOP = "unregistered"
+#: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
+#: the connection went idle): ranked above a clean stop in colour and order, and what makes a broker flap
+CRASHES = DEPARTURES - {CLEAN_STOP}
 KEEP_SECONDS = 600  # departures.DEPARTED_KEEP_SECONDS: as long as the broker that took it stays greyed
 LIMIT = 1000  # at most this many kept, the newest
 

@@ -32,16 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .bodies.route import MASTER_ID
-from .lost_topics import DEPARTURES
+from .lost_topics import CLEAN_STOP, CRASHES
 from .state.costly import Costly, KeepTimers
 from .state.routes import RouteInfoManager
 from .state.topology import KnownGroup, Topology
-
-#: how a broker that stopped cleanly left (UNREGISTER_BROKER: mqshutdown broker, systemctl stop)
-CLEAN_STOP = "unregistered"
-#: departures that are crashes (the connection closed without unregistering, the heartbeat stopped,
-#: the connection went idle): ranked above a clean stop (``unregistered``) in colour and order
-CRASHES = DEPARTURES - {CLEAN_STOP}
 
 
 def is_crash(kind: str) -> bool:
@@ -73,8 +67,8 @@ class GroupHealth:
     #: members the topology remembers (an id at its last address) that the routes do not hold: a slave
     #: killed while its master serves on (every member, for an absent group)
     members_absent: int = 0
-    #: when a member of this routed group last left (KnownGroup.left), while it has no live master: for a
-    #: master that unregistered, its departure (unless another member left after it)
+    #: when its master last left (KnownGroup.master_left), while it has no live master: the master's own
+    #: departure, whatever its slaves did since
     master_left: float | None = None
 
     @property
@@ -256,7 +250,7 @@ class HealthWatch:
             groups.append(GroupHealth(str(cluster), name, addrs.get(MASTER_ID), master_live, alive, topics,
                                       write_perm, registered,
                                       master_how=None if master_live or known is None else known.master_how,
-                                      master_left=None if master_live or known is None else known.left,
+                                      master_left=None if master_live or known is None else _master_left(known),
                                       members_absent=0 if known is None else _members_absent(known, addrs)))
         present = {(group.cluster, group.broker) for group in groups}
         groups += [_absent(group) for key, group in known_groups.items() if key not in present]
@@ -287,6 +281,12 @@ def _absent(known: KnownGroup) -> GroupHealth:
     master = known.member(MASTER_ID)
     return GroupHealth(known.cluster, known.broker, master.addr if master else None, False, 0, 0, 0, 0,
                        True, known.left, known.how, master_how=known.master_how, members_absent=len(known.members))
+
+
+def _master_left(known: KnownGroup) -> float | None:
+    """When the group's master left: its own departure (a file of a version before it kept none: the
+    group's last departure, as then)."""
+    return known.left if known.master_left is None else known.master_left
 
 
 def _members_absent(known: KnownGroup, addrs: dict[int, str]) -> int:

@@ -54,10 +54,10 @@ from .file_writer import FileWriter
 from .flapping import FLAP_TICK_SECONDS, FlapWatch
 from .hangup import stop_on_hangup
 from .housekeeping import HousekeepingService, log_clean_stop, log_flapping, log_route_event
-from .lost_topics import DEPARTURES, LostTopics
+from .lost_topics import CLEAN_STOP, DEPARTURES, LostTopics
 from .metrics import Metrics
 from .observations import Observations
-from .outages import CLEAN_STOP, HealthWatch, RouteHealth
+from .outages import HealthWatch, RouteHealth
 from .processor import waiting_for_service
 from .refusals import Refusals
 from .remoting import RemotingCommand, RequestCode
@@ -301,12 +301,13 @@ def stall_told(events: RecentEvents) -> Callable[[float, str], None]:
 
 
 def flapping_told(events: RecentEvents) -> Callable[[str, str, dict], None]:
-    """flapping.py's lines: logged; a broker's start and end of flapping also one page event each
-    (its route events meanwhile are not on the page)."""
+    """flapping.py's lines: logged; a broker's start and end of flapping (or of restarting cleanly)
+    also one page event each (its route events meanwhile are not on the page)."""
     def tell(level: str, text: str, fields: dict) -> None:
         log_flapping(level, text, fields)
         if fields["flapping"] != "ongoing":
-            kind = "flapping" if fields["flapping"] == "started" else "settled"
+            kind = ("settled" if fields["flapping"] == "settled" else
+                    "restarting" if fields["clean"] else "flapping")
             events.feed_event(kind, {**fields["broker_info"], "reason": fields["detail"]})
     return tell
 

@@ -414,3 +414,50 @@ def test_the_memory_limit_is_served_so_an_oom_kill_can_be_seen_coming(tmp_path, 
     assert value(served.scrape(), "namesrv_memory_limit_bytes") == min(134217728, budget.machine_limit() or 0)
     memory_max.write_text("max\n")  # no limit: the machine's memory, or an rlimit
     assert value(served.scrape(), "namesrv_memory_limit_bytes") == budget.machine_limit() > 134217728
+
+
+def test_a_wipe_walked_over_many_turns_reads_as_lookups_do_at_every_scrape_in_between(tmp_path):
+    """WIPE_WRITE_PERM_OF_BROKER on a group of 12k topics is written in over many reactor turns
+    (settling.PermChanged): a scrape in between says what lookups read then. One group of two wiped: the
+    cluster still writes (no false NamesrvClusterNothingWritable); the other wiped too: nothing writable
+    from the commit on (the outage not missed until the walk ends); the page's topic counts exact."""
+    from tests.state.test_routes import body, topic
+    from twisted_namesrv.state.registration import SYNC_BROKER_MEMBER_GROUP_PREFIX
+    from twisted_namesrv.state.routes import RegisterRequest
+
+    served = Served(tmp_path)
+    routes = served.service.state.routes
+    routes.write_at_once = 0
+    for name, addr in (("g0", "10.0.0.1:10911"), ("g1", "10.0.1.1:10911")):
+        configs = [topic(f"{name}-T{i}") for i in range(3 * 4096)] + [topic(SYNC_BROKER_MEMBER_GROUP_PREFIX + name)]
+        routes.register_broker(RegisterRequest("c1", addr, name, 0, None, body(*configs), channel=addr))
+    while routes.settling:
+        served.clock.advance(0.01)
+
+    def read() -> tuple[float, float, dict[str, dict[str, int]]]:
+        samples = served.scrape()
+        (cluster,) = served.api.clusters()["clusters"]
+        return (value(samples, "namesrv_cluster_writable_broker_groups", cluster="c1"),
+                value(samples, "namesrv_clusters_without_writable_queues"),
+                {g["broker_name"]: g["queues"] for g in cluster["broker_groups"]})
+
+    assert read() == (2, 0, {"g0": {"topics": 12289, "writable": 12289}, "g1": {"topics": 12289, "writable": 12289}})
+    routes.wipe_write_perm_of_broker("g0")
+    steps = routes.settle_steps()  # the walk a step at a time (the fake clock's one turn would write it all)
+    scrapes = 0
+    while routes.settling:
+        assert read() == (1, 0, {"g0": {"topics": 12288, "writable": 0}, "g1": {"topics": 12289, "writable": 12289}})
+        next(steps, None)
+        scrapes += 1
+    assert scrapes > 2  # read between the walk's steps
+    routes.wipe_write_perm_of_broker("g1")
+    steps = routes.settle_steps()
+    assert routes.settling
+    while routes.settling:
+        assert read() == (0, 1, {"g0": {"topics": 12288, "writable": 0}, "g1": {"topics": 12288, "writable": 0}})
+        next(steps, None)
+    routes.add_write_perm_of_broker("g0")
+    steps = routes.settle_steps()
+    while routes.settling:
+        assert read() == (1, 0, {"g0": {"topics": 12289, "writable": 12289}, "g1": {"topics": 12288, "writable": 0}})
+        next(steps, None)

@@ -187,9 +187,10 @@ class _Pending:
         self.events: list[Departure] = []
         #: events of earlier changes whose layers were written during this one: handed over first
         self.earlier: list[Departure] = []
-        #: groups whose queue permission changed on every topic holding them, each with the change
-        #: and whether it took the write bit off (wipe): committed as PermChanged layers, in order
-        self.perm: list[tuple[str, Callable[[int], int], bool]] = []
+        #: groups whose queue permission changed on every topic holding them, each with the change,
+        #: whether it took the write bit off (wipe), and the topics the wipe's sealed count took at the
+        #: commit (the walk counts the others): committed as PermChanged layers, in order
+        self.perm: list[tuple[str, Callable[[int], int], bool, frozenset[str]]] = []
 
     def change(self) -> RouteChange:
         if not self.collect:
@@ -528,11 +529,11 @@ class RouteInfoManager:
         every subscriber in order, write a layer in at once when it is small and nothing is before
         it, then hand over the events in order: now, or once the layers before them are written (a
         departure's, once its lost topics are found)."""
-        for group, new_perm, wipe in pending.perm:  # made before what the change staged or emptied
+        for group, new_perm, wipe, counted in pending.perm:  # made before what the change staged or emptied
             if group in pending.emptied:
                 continue  # it left later in the change: its queues go whole (Departed)
             perm_layer = PermChanged(self._table, group, new_perm,
-                                     functools.partial(self._wiped, group) if wipe else None)
+                                     functools.partial(self._wiped, group, counted) if wipe else None)
             if not self._layers and len(perm_layer) <= self.write_at_once:
                 perm_layer.finish()  # few, none before: at once
             else:
@@ -1362,22 +1363,56 @@ class RouteInfoManager:
 
     def _perm_changed(self, broker_name: str | None, change: Callable[[int], int], wipe: bool) -> int:
         """Inside a change: every topic's queue data of the group with ``change(perm)``, committed
-        as a PermChanged layer; how many topics hold the group (none: nothing to walk for)."""
+        as a PermChanged layer; how many topics hold the group (none: nothing to walk for).
+
+        The write-bit counts are what lookups read from the commit on, not once the walk is done
+        (outages.py reads them at any scrape, and a wipe of a million topics is walked over many
+        turns): a wipe seals at once the group's own topics that lack the write bit by design
+        (``_named_by_design``: its member-sync topic, the topics named after it and its cluster,
+        looked up through the layers still to write), the walk counting only any other it meets;
+        an add gives every entry the bit, so a wipe's walk still under way counts nothing more."""
         count = self.topicsOfGroup.get(broker_name, 0)  # type: ignore[arg-type]
         if not count:
             return 0
         name: str = broker_name  # type: ignore[assignment]
+        counted: frozenset[str] = frozenset()
         if wipe:
             self.writableOfGroup.pop(name, None)
+            counted = self._named_by_design(name)
+            earlier = [made for group, made, _, _ in self._pending.perm if group == name]  # type: ignore[union-attr]
+            sealing = 0
+            for topic in counted:
+                queue = (self.queues_of(topic) or {}).get(name)
+                if queue is not None:
+                    perm = queue.perm
+                    for made in earlier:  # this change's own, not yet a layer (a scan's members, one by one)
+                        perm = made(perm)
+                    sealing += bool(perm & PERM_WRITE)
+            if sealing:
+                self._count_in(self.sealedOfGroup, name, sealing)
         else:
             self.writableOfGroup[name] = count
             self.sealedOfGroup.pop(name, None)
-        self._pending.perm.append((name, change, wipe))  # type: ignore[union-attr]
+            for layer in self._layers:  # a wipe's walk under way: what it seals, this gives the bit back
+                if isinstance(layer, PermChanged) and layer.group == name:
+                    layer.flipped = None
+        self._pending.perm.append((name, change, wipe, counted))  # type: ignore[union-attr]
         return count
 
-    def _wiped(self, group: str, topic: str, old: QueueData, new: QueueData) -> None:
-        """The walk of a wipe took the write bit off ``old``: sealed by design, it now counts so."""
-        if old.perm & PERM_WRITE and not new.perm & PERM_WRITE and self._sealed_by_design(topic, group):
+    def _named_by_design(self, group: str) -> frozenset[str]:
+        """The topics named after ``group`` (its member-sync topic, its own name, its cluster's) whose
+        queues may lack the write bit by design (registration.write_off_by_design)."""
+        broker = self.brokerAddrTable.get(group)
+        named = {SYNC_BROKER_MEMBER_GROUP_PREFIX + group, group}
+        if broker is not None and broker.cluster is not None:
+            named.add(broker.cluster)
+        return frozenset(topic for topic in named if self._sealed_by_design(topic, group))
+
+    def _wiped(self, group: str, counted: frozenset[str], topic: str, old: QueueData, new: QueueData) -> None:
+        """The walk of a wipe took the write bit off ``old``: sealed by design, it now counts so
+        (unless the wipe counted its topic at the commit: ``counted``)."""
+        if (old.perm & PERM_WRITE and not new.perm & PERM_WRITE and topic not in counted
+                and self._sealed_by_design(topic, group)):
             self._count_in(self.sealedOfGroup, group, 1)
 
     @_one_change

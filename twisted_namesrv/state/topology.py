@@ -98,6 +98,10 @@ class KnownGroup(msgspec.Struct):
     #: master unregistered while a slave stays is masterless by a clean stop (a cluster stopped master
     #: first, or started slave first), not by a crash
     master_how: str | None = None
+    #: when its master last left, while ``master_how`` says how (the alert's "stopped cleanly at T"): the
+    #: master's own departure, where ``left`` is the group's last (a slave stopped after it, or stopped and
+    #: started again while the master was down, moved ``left`` and the time the operator was told)
+    master_left: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -160,7 +164,7 @@ class Topology:
             if group is not None:
                 group.left, group.how = self.clock(), kind
                 if broker_id == MASTER_ID:
-                    group.master_how = kind
+                    group.master_how, group.master_left = kind, group.left
                 if broker_id in group.up:
                     group.up = self._alike_ids(group.up - {broker_id})
                 self._changed(group)
@@ -192,7 +196,7 @@ class Topology:
         if changed:
             group.up = self._alike_ids(group.up | {broker_id})
             if broker_id == MASTER_ID:
-                group.master_how = None
+                group.master_how = group.master_left = None
         members = group.members
         member = group.member(broker_id) if members else None
         if member is None or member.addr != addr:
@@ -284,7 +288,7 @@ class Topology:
     def copy(self) -> dict[tuple[str, str], KnownGroup]:
         return {key: KnownGroup(g.cluster, g.broker, g.since,
                                 tuple(Member(m.broker_id, m.addr, m.since) for m in g.members),
-                                g.left, g.how, g.up)
+                                g.left, g.how, g.up, g.master_how, g.master_left)
                 for key, g in self.groups.items()}
 
     # -- views -----------------------------------------------------------------------------------
@@ -299,7 +303,7 @@ class Topology:
 class _Entry(msgspec.Struct, omit_defaults=True):
     """A group's entry in the file, its keys in the file's order: made in C and encoded by msgspec
     as it is (its members as their arrays: ``Member``), no dict of it built first; ``master_how``
-    written only when set (every other entry as before it)."""
+    and ``master_left`` written only when set (every other entry as before them)."""
 
     cluster: str
     broker: str
@@ -309,6 +313,7 @@ class _Entry(msgspec.Struct, omit_defaults=True):
     members: list[Member]
     up: list[int]
     master_how: str | None = None
+    master_left: float | None = None
 
 
 def encode_group(g: KnownGroup) -> bytes:
@@ -317,7 +322,8 @@ def encode_group(g: KnownGroup) -> bytes:
     of the registration's); a name with a lone surrogate, which UTF-8 cannot carry, as json.dumps
     escapes it. Kept as the bytes the file holds: as text each was 16 bytes more for every group
     held, and the file was encoded once more at each write."""
-    entry = _Entry(g.cluster, g.broker, g.since, g.left, g.how, list(g.members), sorted(g.up), g.master_how)
+    entry = _Entry(g.cluster, g.broker, g.since, g.left, g.how, list(g.members), sorted(g.up), g.master_how,
+                   g.master_left)
     try:
         return _ENCODER.encode(entry)
     except UnicodeEncodeError:
@@ -356,6 +362,8 @@ def decode(data: bytes, groups_limit: int = GROUPS_LIMIT,
             group.up = frozenset(int(broker_id) for broker_id in item.get("up", ()))
             master_how = item.get("master_how")  # (a file of a version before it: none)
             group.master_how = None if master_how is None else _text(master_how)
+            master_left = item.get("master_left")  # (a file of a version before it: none)
+            group.master_left = None if master_left is None else float(master_left)
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise TopologyFileError(f"group {number}: {type(exc).__name__}: {exc}") from None
         groups[group.key] = group

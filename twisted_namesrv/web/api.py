@@ -21,6 +21,7 @@ from ..bodies.route import MASTER_ID
 from ..context import NamesrvState
 from ..departures import DEPARTED_KEEP_SECONDS
 from ..events import RouteEvent
+from ..flapping import Flap
 from ..metrics import Metrics
 from ..observations import Observations
 from ..outages import GroupHealth, HealthWatch, is_crash
@@ -146,12 +147,10 @@ class StatusApi:
                    "clusters_unregistered": health.clusters_unregistered,
                    "broker_groups_absent": [{"cluster": g.cluster, "broker_name": g.broker, **_absence(g)}
                                             for g in health.absent],
-                   # registering and leaving again and again (flapping.py): amber, not an outage in itself
-                   "brokers_flapping": [{"cluster": f.info.get("cluster"), "broker_name": f.info.get("broker"),
-                                         "id": f.info.get("id"), "addr": f.info.get("addr"),
-                                         "since_ms": _ms(f.since), "departures": f.departures,
-                                         "registrations": f.registrations, "last": f.last_kind}
-                                        for f in self.seen.flaps.flapping()],
+                   # registering and leaving again and again without unregistering (flapping.py): amber, not an
+                   # outage in itself; and by clean stops mostly (restarts on purpose): said, not amber
+                   "brokers_flapping": [_flap(f) for f in self.seen.flaps.flapping()],
+                   "brokers_restarting_cleanly": [_flap(f) for f in self.seen.flaps.restarting()],
                    # right after a restart: expected back, not yet outages (outages.py)
                    "rejoining": {"seconds_left": round(health.rejoin_left, 3),
                                  "broker_groups": [{"cluster": g.cluster, "broker_name": g.broker}
@@ -236,6 +235,13 @@ def _departed_member(event: RouteEvent) -> dict[str, Any]:
     return {"addr": info["addr"], "id": info.get("id"), "role": _role(info.get("id")), "live": False,
             "writes": False, "perm": "gone",
             "departed": {"kind": event.kind, "crash": is_crash(event.kind), "reason": reason, "ts_ms": _ms(event.ts)}}
+
+
+def _flap(flap: Flap) -> dict[str, Any]:
+    """A broker whose route events are summarised (flapping.py): who, since when, what it did since."""
+    return {"cluster": flap.info.get("cluster"), "broker_name": flap.info.get("broker"), "id": flap.info.get("id"),
+            "addr": flap.info.get("addr"), "since_ms": _ms(flap.since), "departures": flap.departures,
+            "registrations": flap.registrations, "last": flap.last_kind}
 
 
 def _absence(group: GroupHealth) -> dict[str, Any]:

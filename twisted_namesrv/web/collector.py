@@ -17,10 +17,10 @@ from ..audit import RESULTS
 from ..budget import machine_limit
 from ..context import NamesrvState
 from ..escapes import escaped, has_controls
-from ..lost_topics import DEPARTURES
+from ..lost_topics import CLEAN_STOP, DEPARTURES
 from ..metrics import REJECT_REASONS, ROUTE_EVENT_KINDS, Metrics, code_labels, latency_buckets, request_labels
 from ..observations import Observations
-from ..outages import CLEAN_STOP, HealthWatch
+from ..outages import HealthWatch
 from ..peers import PeersService
 from ..server import PUSH_RESULTS, RemotingFactory
 
@@ -274,14 +274,24 @@ class NamesrvCollector(Collector):
         """Brokers that keep leaving and coming back (flapping.py): by group, while they flap."""
         flaps = self.seen.flaps
         yield CounterMetricFamily("namesrv_broker_flapping_started", "Brokers that started flapping (left 3 "
-                                  "times in 10 minutes) since start", value=flaps.started)
+                                  "times in 10 minutes without unregistering) since start", value=flaps.started)
+        yield CounterMetricFamily("namesrv_broker_restarting_cleanly_started", "Brokers that started restarting "
+                                  "cleanly (left 3 times in 10 minutes, fewer of them without unregistering) since "
+                                  "start", value=flaps.started_clean)
         now = GaugeMetricFamily("namesrv_brokers_flapping", "Members of the broker group flapping now (left 3 "
-                                "times in 10 minutes, not settled: 5 minutes without registering or leaving); a "
-                                "series only while one flaps", labels=["cluster", "broker"])
-        groups = Counter((str(flap.info.get("cluster")), str(flap.info.get("broker"))) for flap in flaps.flapping())
-        for (cluster, broker), count in sorted(groups.items()):
-            now.add_metric([cluster, broker], count)
-        yield now
+                                "times in 10 minutes without unregistering: expired, closed, idle; not settled: 5 "
+                                "minutes without registering or leaving); a series only while one flaps",
+                                labels=["cluster", "broker"])
+        clean = GaugeMetricFamily("namesrv_brokers_restarting_cleanly", "Members of the broker group restarting "
+                                  "cleanly now (left 3 times in 10 minutes, fewer than 3 of them without "
+                                  "unregistering: an operator's or a supervisor's restarts; not settled: 5 minutes "
+                                  "without registering or leaving); a series only while one does",
+                                  labels=["cluster", "broker"])
+        for family, flapped in ((now, flaps.flapping()), (clean, flaps.restarting())):
+            groups = Counter((str(flap.info.get("cluster")), str(flap.info.get("broker"))) for flap in flapped)
+            for (cluster, broker), count in sorted(groups.items()):
+                family.add_metric([cluster, broker], count)
+            yield family
 
     def _stalls(self) -> Iterator[Metric]:
         """The server itself not running for over 5 s (stalls.py: SIGSTOP, a paused VM, a swapped-out
