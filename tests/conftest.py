@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 WHEEL_SOURCES = ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "twisted_namesrv", "spark_analysis",
                  "twisted/plugins/namesrv_plugin.py")
 BUILD_TIMEOUT = 120
+# a developer's (or CI's) JVM options would add the server's warnings about them (twisted_namesrv/java_opt.py)
+# to every start whose stderr a test reads; tests/test_java_opt.py sets its own
+for _variable in ("JAVA_OPT", "JAVA_OPTS"):
+    os.environ.pop(_variable, None)
 
 
 def pytest_report_header() -> list[str]:

@@ -71,7 +71,7 @@ def test_strict_config_still_refuses_a_key_no_nameserver_reads(tmp_path):
     path = tmp_path / "namesrv.properties"
     path.write_text((JAVA_WRITTEN / "namesrv-5.3.3.properties").read_text() + "orderMessageEnabled=true\n")
     with pytest.raises(SystemExit, match=f"^namesrv: cannot start: {path}: unknown key orderMessageEnabled "
-                                         r"\(refused by --strict-config\)"):
+                                         r"\(refused by --strict-config; did you mean orderMessageEnable\?\)"):
         options(tmp_path, "-c", str(path), "--strict-config", "--kv-config-path", str(tmp_path / "kv.json"))
 
 

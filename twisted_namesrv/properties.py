@@ -49,6 +49,29 @@ class PropertiesError(ValueError):
 
 # -- reading -----------------------------------------------------------------------------------
 
+_BOM = b"\xef\xbb\xbf"
+_LINE_ENDS = re.compile(rb"\r\n|\r|\n")
+
+
+def decode_file(data: bytes) -> tuple[str, str | None]:
+    """The text of a properties file's bytes, and why it is not read as UTF-8 (None when it is).
+
+    UTF-8 first, a byte-order mark at the start read past (Windows editors write one; Java reads it
+    into the first key, whose setting is then lost).  Bytes that are not UTF-8 (a file an older
+    editor saved in ISO-8859-1 or Windows-1252: ``café`` as ``caf\\xe9``, in a comment or a value)
+    are read as ISO-8859-1, the way Java's ``mqnamesrv -c`` reads every file
+    (``Properties.load(InputStream)``): such a file means to this server what it meant to Java,
+    where refusing it stopped a start Java made with it.  The reason names the first such byte and its
+    line, for the warning the caller gives."""
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        line = len(_LINE_ENDS.findall(data, 0, exc.start)) + 1
+        return data.decode("latin-1"), f"byte 0x{data[exc.start]:02X} on line {line} is not UTF-8"
+
+
 #: a natural line and its ending: Java's line terminators, ``\r\n`` as one (none at the end of the text)
 _NATURAL_LINES = re.compile("([^\r\n]*)(\r\n|\r|\n)?")
 _BLANKS = " \t\f"

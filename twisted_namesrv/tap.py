@@ -16,7 +16,7 @@ from typing import NoReturn
 from twisted.copyright import version as twisted_version
 from twisted.python import usage
 
-from . import CannotStart, __version__, cannot_start_line
+from . import CannotStart, __version__, cannot_start_line, java_opt
 from .compat import PROFILES
 from .launch import (
     cannot_start,
@@ -156,7 +156,7 @@ class Options(usage.Options):
                                                   SERVER_SCHEMA)
         except (ConfigError, ValueError) as exc:
             cannot_start(str(exc))
-        warn_of(self.config.warnings)
+        warn_of([*self.config.warnings, *java_opt.warnings(os.environ, self.config.values)])
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)

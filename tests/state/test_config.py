@@ -9,7 +9,7 @@ import pytest
 
 from twisted_namesrv import compat, properties
 from twisted_namesrv.schema import SERVER_SCHEMA
-from twisted_namesrv.state.config import KEYS, ConfigError, NamesrvConfig
+from twisted_namesrv.state.config import KEYS, ConfigError, NamesrvConfig, nearest_key
 
 
 def make(tmp_path, **values) -> NamesrvConfig:
@@ -53,12 +53,78 @@ def test_config_file_keys_are_typed_and_listed(tmp_path):
 
 def test_a_file_warns_of_keys_no_setting_has_and_strict_refuses_them(tmp_path):
     path = tmp_path / "namesrv.conf"
-    path.write_text("listenPort=9988\nlistenPrt=9989\n")
+    path.write_text("listenPort=9988\nbrokerClusterName=c1\n")
     config = NamesrvConfig.from_file(str(path))
-    assert config.warnings == [f"{path}: unknown key listenPrt, ignored (a typo? --strict-config refuses unknown keys)"]
+    assert config.warnings == [f"{path}: unknown key brokerClusterName, ignored (a typo? --strict-config refuses "
+                               "unknown keys)"]
     assert NamesrvConfig.from_file(None).warnings == []
-    with pytest.raises(ConfigError, match=f"^{path}: unknown key listenPrt"):
+    with pytest.raises(ConfigError, match=f"^{path}: unknown key brokerClusterName"):
         NamesrvConfig.from_file(str(path), strict=True)
+
+
+def test_an_unknown_key_close_to_a_known_one_names_it(tmp_path):
+    """Java's keys are case-sensitive and it ignores unknown ones in silence: ``listenport=9877`` or
+    ``orderMessageEnabled=true`` in a file that ran Java left the setting at its default.  The
+    warning (and --strict-config's refusal) names the key most likely meant."""
+    path = tmp_path / "namesrv.conf"
+    path.write_text("listenPrt=9989\nlistenport=9990\norderMessageEnabled=true\nbindAddr=0.0.0.0\n"
+                    "metricPort=9877\nnamesrvAddress=h:9876\n")
+    config = NamesrvConfig.from_file(str(path))
+    assert config.warnings == [f"{path}: unknown key {name}, ignored (did you mean {meant}? --strict-config refuses "
+                               "unknown keys)"
+                               for name, meant in (("listenPrt", "listenPort"), ("listenport", "listenPort"),
+                                                   ("orderMessageEnabled", "orderMessageEnable"),
+                                                   ("bindAddr", "bindAddress"), ("metricPort", "metricsPort"),
+                                                   ("namesrvAddress", "namesrvAddr"))]
+    with pytest.raises(ConfigError, match=rf"^{path}: unknown key listenPrt \(refused by --strict-config; "
+                                          r"did you mean listenPort\?\)$"):
+        NamesrvConfig.from_file(str(path), strict=True)
+    assert nearest_key("x" * 100 + "listenPort") is None  # a garbage line's key: no search through it
+
+
+@pytest.mark.parametrize(("line", "name", "shown", "ours", "java"), [
+    ("listenPort=9877 ", "listenPort", "9877 ", "9877",
+     "Java's mqnamesrv ignores it and keeps 9876 (Integer.parseInt does not trim)"),
+    ("orderMessageEnable=true\t", "orderMessageEnable", "true\\t", "true",
+     "Java's mqnamesrv reads false (Boolean.parseBoolean does not trim)"),
+    ("serverChannelMaxIdleTimeSeconds : 60  ", "serverChannelMaxIdleTimeSeconds", "60  ", "60",
+     "Java's mqnamesrv ignores it and keeps 120 (Integer.parseInt does not trim)"),
+])
+def test_a_number_or_boolean_ending_in_white_space_says_what_java_reads(tmp_path, line, name, shown, ours, java):
+    """Properties.load keeps a value's trailing blanks and Java trims only strings: ``listenPort=9877 ``
+    left Java on 9876, ``orderMessageEnable=true `` made it false, in silence.  Taken trimmed here,
+    with a warning saying what Java did, so that a swap that changes behaviour says so."""
+    path = tmp_path / "namesrv.conf"
+    path.write_text(line + "\r\n")
+    config = NamesrvConfig.from_file(str(path))
+    assert str(config[name]).lower() == ours
+    assert config.warnings == [f"{path}: {name}='{shown}' has white space around the value: taken as {ours} here, "
+                               f"while {java}; remove the white space for both to read {ours}"]
+
+
+@pytest.mark.parametrize("line", ["listenPort=9876 ", "orderMessageEnable=false ", "orderMessageEnable=true",
+                                  "maxConnections=5 ", "productEnvName=center "])
+def test_white_space_that_changes_nothing_java_reads_is_not_a_warning(tmp_path, line):
+    """At the default, false either way, a key Java does not have, a string (trimmed by both)."""
+    path = tmp_path / "namesrv.conf"
+    path.write_text(line + "\n")
+    assert NamesrvConfig.from_file(str(path)).warnings == []
+
+
+def test_a_file_that_is_not_utf8_is_read_as_java_reads_it(tmp_path):
+    """A file an older editor saved in ISO-8859-1 (``café`` as ``caf\\xe9``, in a comment or a value)
+    started Java, which reads every -c file as ISO-8859-1; it stopped this server's start
+    (``not UTF-8``).  Read as Java reads it, with a warning naming the first such byte's line."""
+    path = tmp_path / "namesrv.conf"
+    path.write_bytes(b"\xef\xbb\xbf# r\xe9glages\r\nlistenPort=9988\r\nproductEnvName=caf\xe9\r\n")
+    config = NamesrvConfig.from_file(str(path))
+    assert (config["listenPort"], config["productEnvName"]) == (9988, "café")
+    assert config.warnings[0] == (f"{path}: byte 0xE9 on line 1 is not UTF-8: read as ISO-8859-1, as Java's "
+                                  "mqnamesrv reads every -c file (an update saved to it writes UTF-8)")
+    path.write_bytes("productEnvName=café\n".encode())  # UTF-8: read as such, no warning
+    assert (NamesrvConfig.from_file(str(path))["productEnvName"], NamesrvConfig.from_file(str(path)).warnings[:1]) \
+        == ("café", [f"{path}: productEnvName=café: not implemented, ignored (this NameServer does not do what "
+                     "the key asks)"])
 
 
 def test_a_key_set_twice_warns_naming_the_value_used_a_secret_masked(tmp_path):
@@ -73,7 +139,9 @@ def test_a_key_set_twice_warns_naming_the_value_used_a_secret_masked(tmp_path):
         f"{path}: listenPort set 2 times, the last used: listenPort=9877 (as Java's Properties.load; "
         "the earlier lines are ignored)",
         f"{path}: tls.server.keyPassword set 2 times, the last used: tls.server.keyPassword=****** "
-        "(as Java's Properties.load; the earlier lines are ignored)"]
+        "(as Java's Properties.load; the earlier lines are ignored)",
+        f"{path}: listenPort='9877 ' has white space around the value: taken as 9877 here, while Java's mqnamesrv "
+        "ignores it and keeps 9876 (Integer.parseInt does not trim); remove the white space for both to read 9877"]
 
 
 def test_a_byte_order_mark_is_read_past(tmp_path):

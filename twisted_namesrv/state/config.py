@@ -22,6 +22,7 @@ which refuses only keys no Java NameServer reads, accepts a file Java wrote, and
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from ..remoting.fastjson import java_hash_order
 from ..remoting.frame import DEFAULT_MAX_FRAME_LENGTH
 from ..remoting.values import JAVA_INTEGER
 from .acl import DEFAULT_WINDOW_SECONDS, parse_networks
-from .files import TEXT_FILE_LIMIT, cannot_look, read_regular_text
+from .files import TEXT_FILE_LIMIT, cannot_look, read_regular
 from .hosts import AllowedHostsError, parse_allowed, written_as_list
 
 #: descriptors kept free for the stores by default (fdReserve, budget.py): the KV, config, snapshot and
@@ -457,6 +458,42 @@ def _check_value(key: ConfigKey, text: str) -> str | None:
     return None
 
 
+#: an unknown key this long or longer gets no suggestion (difflib's work grows with its length)
+_SUGGESTED_UP_TO = 100
+
+
+def nearest_key(name: str, schema: ConfigSchema = NAMESRV_SCHEMA) -> str | None:
+    """The known key an unknown ``name`` most likely meant, or None: the same but for case
+    (``listenport``; Java's keys are case-sensitive, so Java ignores it in silence), else the
+    closest by difflib's ratio, 0.8 or more (``orderMessageEnabled``, ``bindAddr``, ``metricPort``)."""
+    if len(name) >= _SUGGESTED_UP_TO:
+        return None
+    known = [*schema.by_name, *schema.kept_elsewhere, *schema.java_only]
+    same_but_case = [k for k in known if k.lower() == name.lower()]
+    if same_but_case:
+        return same_but_case[0]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _java_reads_otherwise(key: ConfigKey, text: str) -> str | None:
+    """What Java's mqnamesrv makes of a number or boolean with white space around it, when that is
+    not what this server makes of it; None otherwise.  Properties.load keeps the white space at a
+    value's end (a space before the line's end, unseen in an editor), and MixAll.properties2Object
+    trims only strings: Integer.parseInt refuses ``9877 `` (the key keeps its default, in silence)
+    and Boolean.parseBoolean reads ``true `` as false.  This server trims, as for strings."""
+    default = key.default
+    if not key.generations or not isinstance(default, (bool, int)) or text == text.strip(JAVA_TRIMMED):
+        return None
+    ours = _coerce(key, text)
+    if isinstance(default, bool):
+        java = text.lower() == "true"
+        return None if java == ours else f"Java's mqnamesrv reads {_text(java)} (Boolean.parseBoolean does not trim)"
+    if ours == default:
+        return None
+    return f"Java's mqnamesrv ignores it and keeps {default} (Integer.parseInt does not trim)"
+
+
 def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
                     schema: ConfigSchema = NAMESRV_SCHEMA) -> list[str]:
     """Warnings for keys no setting of ``schema`` has (Java ignores them), for Java keys set to what
@@ -474,12 +511,15 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
                             f"({schema.java_only[name]})")
             continue
         if key is None:
+            meant = nearest_key(name, schema)
             if strict:
-                raise ConfigError(f"{path}: unknown key {escaped(name)} (refused by --strict-config)")
-            warnings.append(f"{path}: unknown key {escaped(name)}, ignored "
-                            "(a typo? --strict-config refuses unknown keys)")
+                raise ConfigError(f"{path}: unknown key {escaped(name)} (refused by --strict-config"
+                                  f"{f'; did you mean {meant}?' if meant else ''})")
+            guess = f"did you mean {meant}?" if meant else "a typo?"
+            warnings.append(f"{path}: unknown key {escaped(name)}, ignored ({guess} --strict-config refuses "
+                            "unknown keys)")
             continue
-        control = first_control(name) or first_control(text)
+        control = first_control(name) or first_control(text.strip(JAVA_TRIMMED))  # the value as taken
         if control:
             warnings.append(f"{path}: {escaped(name)}: holds a control character ({control}), kept as read "
                             "(UPDATE_NAMESRV_CONFIG refuses such values; the file is written with it escaped)")
@@ -487,6 +527,11 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
         if problem:
             shown = MASK if is_secret(name) else escaped(text.strip())
             raise ConfigError(f"{path}: {name}={shown}: {problem}")
+        java_reads = _java_reads_otherwise(key, text)
+        if java_reads:
+            ours = _text(_coerce(key, text))
+            warnings.append(f"{path}: {name}='{escaped(text)}' has white space around the value: taken as {ours} "
+                            f"here, while {java_reads}; remove the white space for both to read {ours}")
         if name in NO_EFFECT and _coerce(key, text) != key.default:
             if name in NOT_IMPLEMENTED:
                 warnings.append(f"{path}: {name}={escaped(text.strip())}: not implemented, ignored "
@@ -503,26 +548,29 @@ def _text(value: Any) -> str:
 
 
 def read_properties(path: str, what: str = "cannot read config file") -> dict[str, str]:
-    """The keys of a properties file (Java's Properties.load rules, properties.py) read as UTF-8,
-    a regular file only (state/files.py); ConfigError starting with ``what`` says why not.  A
-    byte-order mark at the start (what Windows editors write) is read past: Java reads it as part
-    of the first key, which then names no setting and its value is dropped in silence."""
+    """The keys of a properties file (Java's Properties.load rules, properties.py) read as UTF-8
+    (a file that is not, as ISO-8859-1, as Java reads it: ``properties.decode_file``), a regular
+    file only (state/files.py); ConfigError starting with ``what`` says why not.  A byte-order mark
+    at the start (what Windows editors write) is read past: Java reads it as part of the first key,
+    which then names no setting and its value is dropped in silence."""
     return read_properties_file(path, what)[0]
 
 
 def read_properties_file(path: str, what: str = "cannot read config file") -> tuple[dict[str, str], list[str]]:
     """``read_properties`` and a warning for each key the file sets more than once: the last is
     used, as Java's Properties.load does, and Java says nothing of the others, so a line appended
-    at the end (``listenPort=9877``) silently beat the one an operator reads at the top."""
+    at the end (``listenPort=9877``) silently beat the one an operator reads at the top; and one
+    when the file is not UTF-8 (read as ISO-8859-1)."""
     try:
-        read = list(properties.pairs(read_regular_text(path, TEXT_FILE_LIMIT, "utf-8-sig")))
-        return dict(read), repeated_keys(path, read)
+        text, not_utf8 = properties.decode_file(read_regular(path, TEXT_FILE_LIMIT))
+        read = list(properties.pairs(text))
     except OSError as exc:
         raise ConfigError(f"{what} {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path}: not UTF-8 ({exc.reason})") from None
     except properties.PropertiesError as exc:
         raise ConfigError(f"{what} {path}: not a properties file ({exc})") from None
+    latin1 = [f"{path}: {not_utf8}: read as ISO-8859-1, as Java's mqnamesrv reads every -c file "
+              "(an update saved to it writes UTF-8)"] if not_utf8 else []
+    return dict(read), latin1 + repeated_keys(path, read)
 
 
 def repeated_keys(path: str, read: list[tuple[str, str]]) -> list[str]:
