@@ -41,7 +41,7 @@ import sys
 from typing import Any
 
 from twisted.internet import tcp
-from twisted.internet.address import IPv4Address
+from twisted.internet.address import IPv4Address, IPv6Address
 
 #: the listening socket's own numbers, read in C (``socket.socket``'s properties convert them to enums)
 _FAMILY, _TYPE, _PROTO = (_raw.__get__ for _raw in (socket.SocketType.family, socket.SocketType.type,
@@ -76,10 +76,20 @@ class LeanServer(tcp.Server):
 
     def __init__(self, sock: Any, protocol: Any, client: tuple[Any, ...], server: Any, sessionno: int,
                  reactor: Any) -> None:
+        """``tcp.Server.__init__`` but its two strings (it formats both, each through a call or two,
+        for the setters below to drop: four Python calls an accept)."""
         host = client[0]
         if type(host) is str:
             client = (sys.intern(host), *client[1:])
-        super().__init__(sock, protocol, client, server, sessionno, reactor)
+        tcp.Connection.__init__(self, sock, protocol, reactor)
+        if len(client) != 2:
+            self._addressType = IPv6Address
+        self.server = server
+        self.client = client
+        self.sessionno = sessionno
+        self.hostname = client[0]
+        self.startReading()
+        self.connected = 1
 
     def getPeer(self) -> Any:
         """Twisted's, an IPv4 peer's made by ``tcp_address``."""
