@@ -259,7 +259,8 @@ class Dispatcher:
                                               perf_counter() - begun)
                     index += 1
                     continue
-            if answers.replies:
+            fusable_head = frame.startswith(processor.FUSED_HEAD, 4)  # a registration: no kept lookup
+            if answers.replies and not fusable_head:
                 mark = len(out)
                 done = answers.replies_from_memory(frames, index, out, room - used)
                 if done > index:
@@ -273,7 +274,7 @@ class Dispatcher:
                 return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
             full = None  # whether this turn's AT_ONCE_PER_TURN are answered (asked once: _turn_full counts)
             # (a connection that registered before: live, most likely, which the fused path hands back)
-            if not big and not kept_here and frame.startswith(processor.FUSED_HEAD, 4) and self._fusable():
+            if not big and not kept_here and fusable_head and self._fusable():
                 full = self._cooperator is not None and self._turn_full()
                 if full:  # (tried fused when its turn comes, as a frame left undecoded)
                     return Later(self._answer_next_turn(frame, None, peer, begun), frames[index:], len(frame))
@@ -422,7 +423,7 @@ class Dispatcher:
         (about ``room`` bytes of them at most, at least one): the bytes of ``data`` answered (0:
         none; the rest goes through ``answer`` once cut)."""
         answers = self.answers
-        if not answers.replies:
+        if not answers.replies or data.startswith(processor.FUSED_HEAD, 8):  # (a registration is no lookup)
             return 0
         if not self.count_requests:
             return answers.replies_from_read(data, out, room)[0]

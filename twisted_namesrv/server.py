@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.application import service
-from twisted.internet import defer, interfaces, protocol, task, tcp
+from twisted.internet import defer, interfaces, protocol, task
 from twisted.internet.error import CannotListenError
+from twisted.internet.posixbase import PosixReactorBase
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -31,7 +32,7 @@ from .budget import FdBudget, MemoryBudget, count_open_fds, open_file_limit
 from .clocks import underlying
 from .context import Peer
 from .dispatch import Dispatcher, Later
-from .lean_transport import LeanServer
+from .lean_transport import LeanPort
 from .metrics import Metrics
 from .port_holders import held_by
 from .reactor import serve_after_clients
@@ -762,10 +763,14 @@ class Listener(service.Service):
             factory = self.admission.around(self.factory) if self.admission is not None else self.factory
             if self.admission is not None:
                 watch_fd_reserve()  # before the port takes the reserve (its start does)
-            self.port = self.reactor.listenTCP(self.port_number, factory, backlog=self.backlog,
-                                               interface=self.interface)
-            if isinstance(self.port, tcp.Port):  # a real one (a test's fake reactor gives its own)
-                self.port.transport = LeanServer  # its connections without two strings each (lean_transport.py)
+            reactor = underlying(self.reactor)  # (the reactor behind the owners' view: its listenTCP's)
+            if isinstance(reactor, PosixReactorBase):  # listenTCP's own steps, on a port that accepts lean
+                lean = LeanPort(self.port_number, factory, self.backlog, self.interface, reactor)
+                lean.startListening()  # (lean_transport.py: fewer objects and strings a connection)
+                self.port = lean
+            else:  # a test's fake reactor gives its own
+                self.port = self.reactor.listenTCP(self.port_number, factory, backlog=self.backlog,
+                                                   interface=self.interface)
             if self.admission is not None:
                 self._watch_accepts(self.admission)
         except CannotListenError as exc:
