@@ -60,7 +60,7 @@ KINDS = ("packets_dropped", "files_missing", "files_overwritten", "began_mid_str
          "broker_connection_closed", "end_across_clock_step", "crc_failure",
          "registration_refused",
          "server_restart",
-         "server_stopped", "failover", "heartbeat_expired",
+         "server_stopped", "failover", "heartbeat_expired", "expired_or_reconnected",
          "heartbeat_near_expiry", "topic_count_drop", "data_version_backwards", "broker_id_change",
          "broker_address_change", "topic_not_exist", "response_code", "turned_away", "unanswered", "slow_answer",
          "undecodable_connection", "controller_undecodable", "unpaired_error_answer", "retry_topic_lookup",
@@ -1028,6 +1028,8 @@ UNITS = {"packets_dropped": ("path", "capture file{s} whose capture dropped pack
          "refused_connections": ("endpoint", "endpoint{s} refusing connections"),
          "address_in_sessions": ("broker_addr", "note{s} of an address that was another broker in another session"),
          "heartbeat_expired": ("broker", f"broker{{s}} expired by the NameServer ({EXPIRY_SECONDS} s of silence)"),
+         "expired_or_reconnected": ("broker", "broker{s} expired or back over another connection (addresses not "
+                                    "captured)"),
          "crc_failure": ("broker", "broker{s} failing the body CRC"),
          "registration_refused": ("broker", "broker{s} refused registration"),
          "heartbeat_near_expiry": ("broker", f"broker{{s}} silent over {NEAR_EXPIRY_S} s"),
@@ -1509,6 +1511,29 @@ def _end_across_step(broker: Item, label: str, addr: Item, across: tuple[float, 
                    server=broker["server"], stepped_from=iso_time(was), stepped_to=iso_time(to))
 
 
+def _expired_or_back(broker: Item, label: str, addr: Item) -> Item:
+    """An expiry of a broker named by its connection that may be none (replay._may_be_back): brokers
+    named so too first registered over other connections within its silence, and with the addresses
+    cut, whether one of them was this broker back, renewed at the NameServer, cannot be told. Said so,
+    with them, rather than as an expiry the NameServer's log may not have (a broker whose host changed
+    its IP: back over a connection from its new address, its old connection closed idle a minute later)."""
+    at, silence = broker["ended_at"], broker["silence_s"]
+    how = (f"the NameServer closed its connection after {silence:,.1f} s of silence" if broker["closed"] else
+           f"silent {silence:,.1f} s: the NameServer's scan removes it")
+    back = broker["maybe_back_as"]
+    named = ", ".join(f"{clipped_name(b['broker'])} at {iso_time(b['t'])}" for b in back[:3]) + (
+        f" and {len(back) - 3} more" if len(back) > 3 else "")
+    return _finding("expired_or_reconnected", WARNING, f"{label}: {how} at {iso_time(at)} (last heartbeat "
+                    f"{_iso(broker['last_alive'])}): expired, unless it registered again over another connection "
+                    f"meanwhile, as {named} did: a snap length cut the addresses, so which broker each connection "
+                    f"registers cannot be told (the NameServer keys brokers by address: one back over a new "
+                    f"connection is renewed, and this close removed nothing)", **addr, t=iso_time(at),
+                    silence_s=round(silence, 3), seconds=round(silence, 3),
+                    **{"from": iso_time(at - silence), "to": iso_time(at)}, open=False,
+                    last_alive=_iso(broker["last_alive"]), server=broker["server"], closed=broker["closed"],
+                    maybe_back_as=[{"broker": b["broker"], "t": iso_time(b["t"])} for b in back])
+
+
 def _story(broker: Item, label: str, addr: Item, missing_from: Collection[str] = ()) -> Iterable[Item]:
     """How the broker's stay ended, as the NameServer's replay says (analysis/replay.py). A stay alive
     where files of a rotated set go missing (``missing_from``) is not alive at the capture's end: its
@@ -1522,6 +1547,8 @@ def _story(broker: Item, label: str, addr: Item, missing_from: Collection[str] =
                        t=iso_time(at), closed=broker["closed"], last_alive=_iso(broker["last_alive"]),
                        registered_again=_iso(broker["registered_again"]), server=broker["server"],
                        nameserver="removed the broker from its routes at once (onChannelDestroy)")
+    elif ended == "expired" and broker.get("maybe_back_as"):
+        yield _expired_or_back(broker, label, addr)
     elif ended == "expired":
         how = (f"the NameServer closed its connection after {broker['silence_s']:,.1f} s of silence"
                if broker["closed"] else f"silent {broker['silence_s']:,.1f} s: the NameServer's scan removes it")

@@ -184,6 +184,7 @@ def broker_summary(stay: Stay, time_bins: TimeBins, files: FileSpans = (), obser
         "clients": sorted({e["client"] for e in registrations if e["client"] is not None}),
         "last_alive": stay.last_alive if registered else None,
         "trailing_s": trailing, "registered_again": stay.back,
+        "maybe_back_as": [{"broker": name, "t": t} for name, t in stay.maybe_back_as],
         "topic_drops": stay.topic_drops,
         "version_backwards": _drops(registered, "data_version_counter", "data_version_ts"),
         "interval_buckets": _buckets(walk.intervals),

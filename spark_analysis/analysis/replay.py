@@ -99,6 +99,12 @@ class Stay:
     #: the end of the latest stretch of its connection whose bytes the capture missed, while it was open
     #: (CAPTURE_MISSED): the server may have heard it until then; the replay expires it from then on only
     held_until: float = 0.0
+    #: of an expiry of a broker named by its connection (a snap length cut its address): the brokers,
+    #: named so too, whose first registration came over another connection within its silence, each
+    #: (name, when): any of them may be this broker back from another connection (a host whose IP
+    #: changed, a NAT mapping that timed out), whose registration renewed it at the NameServer, so
+    #: that the close ending this stay removed nothing (_may_be_back)
+    maybe_back_as: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def broker_id(self) -> int | None:
@@ -269,12 +275,36 @@ def replay_server(server: str, events: list[dict[str, Any]], sessions: Sessions,
         for index, stay in enumerate(session.stays):
             stay.back = next((later.registered for later in session.stays[index + 1:]
                               if later.broker_addr == stay.broker_addr and later.end != REFUSED), None)
+            stay.maybe_back_as = _may_be_back(stay, session.stays)
         replay.stays += session.stays
         replay.stories += session.stories + stories_of(session.stays)
         replay.routes.append(session.routes(end, outage is not None, back_from(story, start)))
     asked = [event for event in events if event["code"] == RequestCode.GET_ROUTEINFO_BY_TOPIC]
     replay.lookups = judge_lookups(server, asked, replay.routes, sessions, story)
     return replay
+
+
+def _may_be_back(stay: Stay, stays: list[Stay]) -> list[tuple[str, float]]:
+    """Of an expired stay whose address a snap length cut (named by its connection), the stays named
+    so too whose first registration came within its silence (its last sign of life to the close or
+    scan that ended it), a brokerId known on both sides alike: each may be this broker registering
+    again over another connection. The NameServer keys a broker by its brokerAddr, not by its
+    connection: a registration of the same address over a new connection renews it, and the idle
+    close of the old connection then removes nothing. A broker whose host changed its IP (v4 at
+    `-s 96`, broker-b: its connection silent from 10:07:37, back over a connection from its new
+    address at 10:08:37, the old one closed idle at 10:09:37) was told "expired" though the Java
+    NameServer's log has no expiry: with the addresses cut, which connection registers which broker
+    cannot be told. A stay whose address was captured is judged by it."""
+    if stay.end != EXPIRED or stay.ended_at is None or not is_cut_broker_addr(stay.broker_addr):
+        return []
+    ended = stay.ended_at
+
+    def may_be(other: Stay) -> bool:
+        same_id = None in (stay.broker_id, other.broker_id) or other.broker_id == stay.broker_id
+        return (other is not stay and other.end != REFUSED and is_cut_broker_addr(other.broker_addr)
+                and stay.last_alive < other.registered < ended and same_id)
+
+    return [(other.broker_addr, other.registered) for other in stays if may_be(other)]
 
 
 def _outage_ending(story: EndpointStory | None, start: float, period_end: float) -> Outage | None:

@@ -1274,3 +1274,18 @@ def test_an_error_code_the_report_does_not_know_is_said_as_its_number_and_unknow
                                                                               (2007, "CONTROLLER_NOT_LEADER")}
     page = report._response_codes([{**row, "requesters": {"10.0.0.8:2": 1}} for row in rows])
     assert "<td>2,099</td><td>unknown</td>" in page
+
+
+def test_an_expiry_another_connection_may_have_renewed_is_said_so_not_as_an_expiry() -> None:
+    """replay._may_be_back's stays: the finding names the connections that may be the broker back,
+    and says no expiry; without them, an expiry."""
+    label = "? / ? / ? / ? (address not captured; registers from 10.93.0.2:39660)"
+    broker = {"ended": "expired", "ended_at": 220.0, "silence_s": 120.0, "closed": "fin from server",
+              "last_alive": 100.0, "server": "10.93.0.1:9876", "registered_again": None,
+              "maybe_back_as": [{"broker": "? (address not captured; registers from 10.93.0.3:46660)", "t": 160.0}]}
+    (said,) = findings_module._story(broker, label, {"broker": label})
+    assert said["kind"] == "expired_or_reconnected"
+    assert said["maybe_back_as"] == [{"broker": broker["maybe_back_as"][0]["broker"], "t": iso_time(160.0)}]
+    assert "registers from 10.93.0.3:46660) at" in said["message"] and "expired, unless" in said["message"]
+    (plain,) = findings_module._story(dict(broker, maybe_back_as=[]), label, {"broker": label})
+    assert plain["kind"] == "heartbeat_expired"

@@ -715,3 +715,25 @@ def test_a_registration_past_our_limits_that_the_server_took_is_a_stay_with_its_
     assert replay.stays[0].broker_name == long
     answered = replayed([registration(10.0, name=long, alive=False), registration(40.0, alive=False)], end=60.0)
     assert [(stay.end, stay.broker_id) for stay in answered.stays] == [("refused", None), ("refused", None)]
+
+
+def test_an_expiry_of_a_nameless_broker_another_connection_may_have_renewed_is_not_claimed() -> None:
+    """4.9.8 at -s 96, a broker whose host changed its IP: its connection silent from 100 s, a broker
+    named by another connection (its new address) registered at 160 s, the old connection closed by
+    the NameServer idle at 220 s. With the addresses cut, whether the NameServer renewed the first by
+    the second's registration (the same brokerAddr: its log has no expiry) cannot be told: the
+    expiry comes with the brokers that may be it back. One that registered before the silence (heard
+    throughout), or with another brokerId kept by the cut, cannot be."""
+    old, new, other = (cut_broker_addr(client) for client in ("10.93.0.2:39660", "10.93.0.3:46660", "10.0.0.7:1"))
+    events = [*(event(t, REGISTER, addr=other, name=None, broker_id=None, cluster=None) for t in range(10, 300, 30)),
+              event(40.0, REGISTER, addr=old, name=None, broker_id=None, cluster=None),
+              event(100.0, REGISTER, addr=old, name=None, broker_id=None, cluster=None),
+              event(160.0, REGISTER, addr=new, name=None, broker_id=None, cluster=None),
+              closed(220.0, by="server", addr=old)]
+    stays = {s.broker_addr: s for s in replayed(events, end=300.0).stays}
+    assert (stays[old].end, stays[old].maybe_back_as) == ("expired", [(new, 160.0)])
+    assert stays[new].maybe_back_as == stays[other].maybe_back_as == []
+    renumbered = [dict(e, broker_id=1) if e["broker_addr"] == new else dict(e, broker_id=0) for e in events]
+    assert {s.broker_addr: s for s in replayed(renumbered, end=300.0).stays}[old].maybe_back_as == []
+    named = [dict(e, broker_addr=e["broker_addr"].replace(old, "10.93.0.2:10931")) for e in events]
+    assert all(s.maybe_back_as == [] for s in replayed(named, end=300.0).stays)

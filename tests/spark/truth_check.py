@@ -32,6 +32,9 @@ KIND_CLASSES = {
     "refused_connections": "refused",
     "broker_alive_at_end": "alive",
     "heartbeat_near_expiry": "near_expiry",  # must fall in one of the truth's silences
+    # an expiry of a broker named by its connection that may be none (another connection registered within
+    # its silence): never required, as a silence; it must fall in one of the truth's silences
+    "expired_or_reconnected": "near_expiry",
     "topic_count_drop": "topic_count_drop",  # must fall on a deletion or a broker's departure
     "topics_deleted_from_broker": "deleted_topics",  # each deletion it names must be a truth deletion, before it
     # no event of these classes happened in any capture of the corpus: each one is invented
