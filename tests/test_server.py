@@ -276,6 +276,38 @@ def test_idle_connection_is_closed_and_its_brokers_removed(harness):
     assert harness.clock.getDelayedCalls() == []
 
 
+def test_a_frame_trickled_a_byte_at_a_time_does_not_keep_its_connection_from_idling(harness):
+    """Java's NameServer puts its IdleStateHandler behind its frame decoder (NettyRemotingServer, 4.9.8
+    and 5.3.3), so only whole frames (and its own writes) keep a channel from idling: a peer sending one
+    byte of a frame every minute is closed 120 s after its last whole frame.  Here every read stamped
+    the idle watch, so such a peer held its connection, a slot of maxConnections, for good (10,000 of
+    them, 10 KB a minute, kept every broker out while they lasted)."""
+    proto, transport = harness.connect()
+    proto.dataReceived(route_request().encode())
+    frame = route_request("T2").encode()
+    for at in range(len(frame) - 1):  # every byte but the last, one every 50 s
+        harness.clock.advance(50.0)
+        if not transport.connected:
+            break
+        proto.dataReceived(frame[at:at + 1])
+    assert not transport.connected and at == 2  # closed at 120 s, after two bytes
+    assert harness.closed == [(proto.channel, "idle: no request for 120 s")]
+    assert harness.factory.refusals.counts["remoting", "idle"] == 1
+
+
+def test_whole_frames_keep_a_connection_from_idling_however_they_are_cut(harness):
+    proto, transport = harness.connect()
+    frame = route_request().encode()
+    for _ in range(5):
+        harness.clock.advance(IDLE - 1)
+        proto.dataReceived(frame[:10])  # a frame begun: silent still
+        harness.clock.advance(0.5)
+        proto.dataReceived(frame[10:])  # and ended: heard
+    assert transport.connected
+    harness.clock.advance(IDLE)
+    assert not transport.connected
+
+
 def test_idle_timer_is_cancelled_when_the_connection_goes(harness):
     proto, transport = harness.connect()
     assert len(harness.clock.getDelayedCalls()) == 1

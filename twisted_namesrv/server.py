@@ -206,8 +206,9 @@ class RemotingProtocol(protocol.Protocol):
 
     # -- frames in ------------------------------------------------------------------------------
     def dataReceived(self, data: bytes) -> None:
-        if self.idle is not None:
-            self.idle.heard(self)
+        # the idle watch hears whole frames only, as Java's IdleStateHandler sits behind its frame decoder:
+        # a peer trickling a byte of one frame at a time is silent (it held its connection for good)
+        idle = self.idle
         busy = self.answering is not None or self.writing_paused or bool(self.waiting)
         if not busy and self.decoder.empty and not self.after_clients:
             # a client's repeated lookups, as they came: answered before (instead of) cutting them (not
@@ -216,6 +217,9 @@ class RemotingProtocol(protocol.Protocol):
             used = self.factory.dispatcher.answer_read(data, replies, ANSWER_ROOM)
             if used:
                 self.spoke = True
+                if idle is not None:
+                    idle.heard(self)
+                    idle = None  # (heard for this read)
                 if self.factory.dispatcher.count_requests:
                     self.factory.metrics.bytes_received += used
                 self._write(replies)
@@ -234,6 +238,8 @@ class RemotingProtocol(protocol.Protocol):
             return
         if frames:
             self.spoke = True
+            if idle is not None:
+                idle.heard(self)
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
         if busy:

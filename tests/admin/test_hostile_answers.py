@@ -43,8 +43,8 @@ SHAPES = {
 }
 
 
-def _serve(listener: socket.socket, bodies: dict[int, bytes]) -> None:
-    """Answer every request of every connection SUCCESS with ``bodies[code]``, until closed."""
+def _serve(listener: socket.socket, bodies: dict[int, bytes], ext: dict[str, str | None] | None = None) -> None:
+    """Answer every request of every connection SUCCESS with ``bodies[code]`` (and ``ext``), until closed."""
     while True:
         try:
             conn, _ = listener.accept()
@@ -55,7 +55,7 @@ def _serve(listener: socket.socket, bodies: dict[int, bytes]) -> None:
                 while header := conn.recv(4, socket.MSG_WAITALL):
                     (length,) = struct.unpack(">i", header)
                     request = RemotingCommand.decode(conn.recv(length, socket.MSG_WAITALL))
-                    answer = RemotingCommand.response_to(request, body=bodies.get(request.code, b"{}"))
+                    answer = RemotingCommand.response_to(request, ext=ext, body=bodies.get(request.code, b"{}"))
                     conn.sendall(answer.encode())
             except OSError:
                 pass
@@ -66,10 +66,10 @@ def liar():
     """Start a lying NameServer: ``liar(bodies)`` returns its address."""
     listeners = []
 
-    def start(bodies: dict[int, bytes]) -> str:
+    def start(bodies: dict[int, bytes], ext: dict[str, str | None] | None = None) -> str:
         listener = socket.create_server(("127.0.0.1", 0))
         listeners.append(listener)
-        threading.Thread(target=_serve, args=(listener, bodies), daemon=True).start()
+        threading.Thread(target=_serve, args=(listener, bodies, ext), daemon=True).start()
         return f"127.0.0.1:{listener.getsockname()[1]}"
 
     yield start
@@ -93,6 +93,16 @@ def test_an_answer_of_another_shape_is_an_error_line_naming_the_server(liar, sha
         return
     assert code == 1 and "Traceback" not in err, err
     assert err.startswith(f"error: {addr}: ") and "not shaped as a NameServer's" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("count", ["\u00b2", "\U0001d7ce", "1_0", "99999999999"])
+def test_a_write_perm_count_that_is_no_integer_is_no_traceback(liar, count):
+    """WIPE_WRITE_PERM_OF_BROKER's wipeTopicCount read as Java reads an Integer: ``²`` passed
+    str.isdigit and int() raised out of the CLI, a traceback; now that server's error, one line."""
+    addr = liar({}, {"wipeTopicCount": count})
+    code, out, err = run("-n", addr, "--timeout", "5", "wipeWritePerm", "-b", "b")
+    assert code == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith(f"error: {addr}: its answer is not shaped as a NameServer's: wipeTopicCount"), err
 
 
 @pytest.mark.parametrize("shape", SHAPES)

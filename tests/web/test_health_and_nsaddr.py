@@ -171,8 +171,9 @@ def test_a_server_on_ipv6_names_its_address_in_brackets(tmp_path):
 
 @pytest.mark.parametrize("key", ["nsaddrList", "namesrvAddr"])
 @pytest.mark.parametrize("value", ["10.0.0.1", "10.0.0.1:x", ":9876", "a:9876;b:70000", "a:9876,b:9876",
-                                   "a:9876 b:9876"])
+                                   "a:9876 b:9876", "a:\u00b2"])
 def test_a_malformed_nsaddr_list_is_refused_naming_the_key(key, value):
+    # ("a:²": str.isdigit took it and int() raised, a start's one line said "invalid literal for int()")
     with pytest.raises(ConfigError, match=rf"{key}: .* is not host:port"):
         NamesrvConfig({key: value})
 
@@ -217,7 +218,7 @@ def test_the_advertised_address_comes_from_the_environment_unless_flag_or_file_s
 
 
 @pytest.mark.parametrize("value", ["h:0", "h:99999", "h:x", ":9876", "[::1]:x", "h\u2028x:9876", "h:98\r76",
-                                   "h\tx"])
+                                   "h\tx", "h:\u00b2"])
 def test_a_malformed_advertised_address_is_refused_naming_the_key(value):
     with pytest.raises(ConfigError, match=r"advertisedAddress: .* is not host or host:port"):
         NamesrvConfig({"advertisedAddress": value})

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import properties
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.values import parse_java_integer
 from .client import AdminError, NamesrvClient, Namesrvs, ResponseError, answer_read, json_body
 from .terminal import json_text, printable
 
@@ -193,15 +194,20 @@ def _took(sent: str, now: str) -> bool:
 
 
 def _count(answer: RemotingCommand, name: str) -> int | None:
-    value = answer.ext.get(name)
-    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+    """A count the answer's header carries, read as Java reads an Integer field (None when it is none:
+    ``²`` passed str.isdigit, and int() raised a traceback out of the CLI)."""
+    return parse_java_integer(answer.ext.get(name), 32)
 
 
 def _write_perm(namesrvs: Namesrvs, broker: str, code: int, verb: str, count_name: str) -> Outcome:
     """Java answers SUCCESS with a count of 0 for a broker name it does not know (a typo looks like
     success), so a count of 0 is read back against the registered brokers."""
     def step(client: NamesrvClient) -> tuple[str, dict[str, Any]]:
-        count = _count(client.call_ok(code, {"brokerName": broker}), count_name)
+        answer = client.call_ok(code, {"brokerName": broker})
+        count = _count(answer, count_name)
+        if count is None:
+            raise AdminError(f"{client.addr}: its answer is not shaped as a NameServer's: {count_name} "
+                             f"{answer.ext.get(count_name)!r} is no count")
         if count == 0 and not _registered(client, broker):
             raise AdminError(f"{client.addr}: no broker named {broker} is registered (clusterList lists them)")
         return f"{verb} write perm of broker[{broker}] in name server[{client.addr}] OK, {count}", {count_name: count}

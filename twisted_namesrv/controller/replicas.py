@@ -331,7 +331,7 @@ class ReplicasInfoManager:
 
     def get_sync_state_data(self, broker_names: list[str], alive: BrokerValidPredicate) -> ControllerResult:
         table: dict[str, bodies.ReplicasInfo] = {}
-        for name in broker_names:
+        for name in dict.fromkeys(broker_names):  # each name once: Java's map keeps one entry a name
             info = self.replicas_info(name, alive)
             if info is not None:
                 table[name] = info

@@ -328,7 +328,7 @@ def _check_nsaddr_list(name: str, text: str) -> None:
             raise ConfigError(f"{name}: {entry!r} is not host:port: NameServers are separated by ';' "
                               "(host:port;host:port)")
         host, _, port = entry.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) <= 65535:  # (not '²')
             raise ConfigError(f"{name}: {entry!r} is not host:port (a port 1 to 65535)")
 
 
@@ -362,7 +362,7 @@ def split_advertised(text: str) -> tuple[str, int | None]:
         host, port = text, None
     if port is None:
         return host, None
-    return host, int(port) if port.isdigit() else -1
+    return host, int(port) if port.isascii() and port.isdigit() else -1  # '²' is a digit to isdigit, not to int
 
 
 @dataclass(frozen=True)
