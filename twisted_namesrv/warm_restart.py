@@ -161,7 +161,8 @@ class RouteSnapshotService(StepTimerService):
             return
         version = self._version()
         if version == self._written:
-            self._stamp()
+            if self._stamp():
+                self._recovered()
             return
         if not (self.background if background is None else background):
             try:
@@ -174,13 +175,21 @@ class RouteSnapshotService(StepTimerService):
         self._writer = self._fork_writer(version)
         self._clock.callLater(CHILD_POLL, self._poll_writer)
 
-    def _stamp(self) -> None:
-        """The file holds the routes as they are now: its mtime says so (see above)."""
+    def _stamp(self) -> bool:
+        """The file holds the routes as they are now: its mtime says so (see above).  One that cannot
+        be stamped (a data directory remounted read-only) is a failed write: the routes unchanged, no
+        write would say it, and the file aged silently past routeSnapshotMaxAge, so a restart started
+        with empty routes though nothing had said the snapshot was not kept."""
         now = self._clock.seconds()
         try:
             os.utime(self.path, (now, now))
-        except OSError:
-            pass  # not written yet, or not writable: the next write says so
+        except FileNotFoundError:
+            return False  # not written yet: the next write makes it
+        except OSError as exc:
+            self._failed(_error_name(exc), f"cannot mark {self.path} current (its modification time): "
+                                           f"{exc.strerror or exc} ({_error_name(exc)})")
+            return False
+        return True
 
     def _write(self) -> None:
         write_atomically(self.path, json.dumps(export_routes(self.routes), separators=(",", ":")).encode(), STORE)
@@ -198,7 +207,11 @@ class RouteSnapshotService(StepTimerService):
 
     def _succeeded(self, version: tuple[int, int]) -> None:
         self._written = version
-        self._stamp()
+        if self._stamp():
+            self._recovered()
+
+    def _recovered(self) -> None:
+        """Written (or marked current) after a failing spell: said once."""
         if self._failing:
             log.info("route snapshot {path} written again", path=str(self.path))
         self._failing = False
