@@ -95,12 +95,17 @@ def test_failed_writes_are_counted_and_said_once_per_spell(tmp_path):
     assert value(samples, "namesrv_store_write_failures_total", store="routeSnapshotPath", error="EISDIR") == 3
     assert value(samples, "namesrv_store_write_failures_total", store="routeSnapshotPath", error="ENOSPC") == 0
     assert ("namesrv_store_write_failures_total", (("error", "ENOSPC"), ("store", "routeSnapshotPath"))) in samples
+    # failing now: NamesrvStoreNotWritten holds while it is, and ends once written again (not 10 minutes on)
+    assert value(samples, "namesrv_store_failing", store="routeSnapshotPath") == 1
+    assert value(samples, "namesrv_store_failing", store="topologyPath") == 0
+    assert ("namesrv_store_failing", (("store", "topologyPath"),)) in samples  # served from the start
     (tmp_path / "routes.json").rmdir()
     with capturedLogs() as events:
         world.clock.advance(INTERVAL)
         snapshots.finish_write()
         world.clock.advance(INTERVAL)  # nothing new: a stamp, nothing said
     assert [formatEvent(e) for e in events] == [f"route snapshot {tmp_path / 'routes.json'} written again"]
+    assert value(world.scrape(), "namesrv_store_failing", store="routeSnapshotPath") == 0
     os.remove(tmp_path / "routes.json")
     (tmp_path / "routes.json").mkdir()
     register(broker, transport, name="broker-b", addr="10.0.9.9:10911")  # a change for the stop to write
@@ -152,3 +157,37 @@ def test_a_snapshot_past_the_limits_is_not_served_and_the_server_starts(tmp_path
     (line,) = [formatEvent(e) for e in events if "route snapshot" in formatEvent(e)]
     assert "not served" in line and "maxTopicsPerBroker (1)" in line and "[max_topics_per_broker]" in line
     assert (tmp_path / "routes.json").exists()  # not damaged: not set aside; the next write replaces it
+
+
+def test_a_snapshot_that_cannot_be_marked_current_is_a_failed_write(tmp_path, monkeypatch):
+    """The data directory remounted read-only while the routes stay as they are: each check only marks the
+    file current (its mtime), which failed in silence, so the snapshot aged past routeSnapshotMaxAge with
+    nothing said, no count, no alert, and a restart then started with empty routes. Now the mark's failure
+    is a failed write: one line, counted, namesrv_store_failing 1 until it can be marked again."""
+    import errno
+
+    from twisted_namesrv import warm_restart
+
+    world, snapshots, _, _ = started(tmp_path)
+    world.clock.advance(INTERVAL)
+    snapshots.finish_write()  # written: from now on each check only marks it current
+    real_utime = os.utime
+
+    def read_only(path, times=None):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(warm_restart.os, "utime", read_only)
+    with capturedLogs() as events:
+        for _ in range(3):
+            world.clock.advance(INTERVAL)
+    said = [formatEvent(e) for e in events if "route snapshot" in formatEvent(e)]
+    assert len(said) == 1 and "cannot mark" in said[0] and "EROFS" in said[0], said
+    samples = world.scrape()
+    assert value(samples, "namesrv_store_write_failures_total", store="routeSnapshotPath", error="EROFS") == 3
+    assert value(samples, "namesrv_store_failing", store="routeSnapshotPath") == 1
+    monkeypatch.setattr(warm_restart.os, "utime", real_utime)
+    with capturedLogs() as events:
+        world.clock.advance(INTERVAL)
+    assert [formatEvent(e) for e in events] == [f"route snapshot {tmp_path / 'routes.json'} written again"]
+    assert value(world.scrape(), "namesrv_store_failing", store="routeSnapshotPath") == 0
+    snapshots.stopService()

@@ -129,6 +129,7 @@ class EventLogService(StepTimerService):
 
     def __init__(self, events: RecentEvents, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  interval: float = EVENTS_SAVE_SECONDS, failures: Counter[tuple[str, str]] | None = None,
+                 failing: set[str] | None = None,
                  lost: LostTopics | None = None, present: Callable[[], Container[str]] = tuple,
                  load_refusals: Counter[tuple[str, str]] | None = None) -> None:
         """``failures``: its file's failed writes counted (file_writer.FileWriter), a retirement's and
@@ -144,6 +145,8 @@ class EventLogService(StepTimerService):
         self.writer = FileWriter(clock, self.path, "eventsPath", failures)
         self._saved = -1
         self._failing = False
+        #: the stores failing now (metrics.store_failing): this one's name in it while its writes fail
+        self.failing: set[str] = set() if failing is None else failing
         self.load_refusals: Counter[tuple[str, str]] = Counter() if load_refusals is None else load_refusals
 
     def load(self, how: str = "") -> int:
@@ -204,10 +207,12 @@ class EventLogService(StepTimerService):
                 log.error("cannot write events file {path}: {error}; the page's events will not survive a restart "
                           "until it can", path=str(self.path), error=error.strerror or error)
             self._failing = True
+            self.failing.add("eventsPath")
             return
         if self._failing:
             log.info("events file {path} written again", path=str(self.path))
         self._failing = False
+        self.failing.discard("eventsPath")
         self._saved = max(self._saved, seen)
 
     def stopService(self) -> Any:

@@ -360,12 +360,14 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
         # counted in namesrv_broker_pushes_total; each push holds a descriptor of the reserve's budget
         notifier.counts, notifier.fds = metrics.pushes, owners.fds
         events = EventLogService(owners.seen.events, events_path(config), reactor, failures=metrics.store_failures,
+                                 failing=metrics.store_failing,
                                  lost=owners.seen.lost, present=lambda: state.routes.topicQueueTable,
                                  load_refusals=metrics.store_load_refusals)
         events.load(UNCLEAN if last_run_unclean(starts_path(config)) else "")
         owners.seen.flaps.restore(list(owners.seen.events.recent))  # a broker flapping before flaps on
         topology = TopologyStoreService(state.topology, topology_path(config), reactor,
-                                        metrics.store_load_refusals, failures=metrics.store_failures)
+                                        metrics.store_load_refusals, failures=metrics.store_failures,
+                                        failing=metrics.store_failing)
         topology.load()
         state.save_topology = topology.save_now
         snapshots = None
@@ -374,7 +376,7 @@ def load(config: NamesrvConfig, reactor: interfaces.IReactorTime) -> Loaded:
                                              config["routeSnapshotInterval"] / 1000,
                                              max_age=config["routeSnapshotMaxAge"] / 1000,
                                              load_refusals=metrics.store_load_refusals,
-                                             failures=metrics.store_failures)
+                                             failures=metrics.store_failures, failing=metrics.store_failing)
             snapshots.load()
             topology.topology.seed(restored_members(state.routes))  # a snapshot older than the memory's file
         wrap = listen_with(config)  # a bad TLS setup fails here

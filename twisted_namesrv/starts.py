@@ -96,7 +96,9 @@ def _stopped(path: Path) -> Path:
 
 
 #: what the page's "started" event and the start's warning say of a run that did not stop cleanly
-UNCLEAN = "after a run that did not stop cleanly (killed, crashed, OOM-killed or the power lost)"
+UNCLEAN = ("after a run that did not stop cleanly (killed, crashed, OOM-killed or the power lost; or stopped on a "
+           "read-only data directory, where its clean stop could not be marked: its log's last lines then say "
+           "\"the clean stop is not marked\")")
 
 
 def last_run_unclean(path: Path) -> bool:

@@ -81,7 +81,7 @@ class RouteSnapshotService(StepTimerService):
     def __init__(self, routes: RouteInfoManager, path: str, clock: interfaces.IReactorTime, interval: float,
                  background: bool = hasattr(os, "fork"), max_age: float = 0.0,
                  load_refusals: Counter[tuple[str, str]] | None = None,
-                 failures: Counter[tuple[str, str]] | None = None) -> None:
+                 failures: Counter[tuple[str, str]] | None = None, failing: set[str] | None = None) -> None:
         super().__init__(interval, self.write_if_changed, clock)
         self.routes = routes
         self.path = Path(path)
@@ -92,6 +92,8 @@ class RouteSnapshotService(StepTimerService):
         #: failed writes by (STORE, errno name): namesrv_store_write_failures_total
         self.failures = Counter() if failures is None else failures
         self._failing = False  # a write failed and none has succeeded since: said once
+        #: the stores failing now (metrics.store_failing): this one's name in it while its writes fail
+        self.failing: set[str] = set() if failing is None else failing
         self._clock = clock
         self._written: tuple[int, int] | None = None
         self._writer: _Writer | None = None
@@ -159,7 +161,8 @@ class RouteSnapshotService(StepTimerService):
             return
         version = self._version()
         if version == self._written:
-            self._stamp()
+            if self._stamp():
+                self._recovered()
             return
         if not (self.background if background is None else background):
             try:
@@ -172,13 +175,21 @@ class RouteSnapshotService(StepTimerService):
         self._writer = self._fork_writer(version)
         self._clock.callLater(CHILD_POLL, self._poll_writer)
 
-    def _stamp(self) -> None:
-        """The file holds the routes as they are now: its mtime says so (see above)."""
+    def _stamp(self) -> bool:
+        """The file holds the routes as they are now: its mtime says so (see above).  One that cannot
+        be stamped (a data directory remounted read-only) is a failed write: the routes unchanged, no
+        write would say it, and the file aged silently past routeSnapshotMaxAge, so a restart started
+        with empty routes though nothing had said the snapshot was not kept."""
         now = self._clock.seconds()
         try:
             os.utime(self.path, (now, now))
-        except OSError:
-            pass  # not written yet, or not writable: the next write says so
+        except FileNotFoundError:
+            return False  # not written yet: the next write makes it
+        except OSError as exc:
+            self._failed(_error_name(exc), f"cannot mark {self.path} current (its modification time): "
+                                           f"{exc.strerror or exc} ({_error_name(exc)})")
+            return False
+        return True
 
     def _write(self) -> None:
         write_atomically(self.path, json.dumps(export_routes(self.routes), separators=(",", ":")).encode(), STORE)
@@ -192,13 +203,19 @@ class RouteSnapshotService(StepTimerService):
                       "routeSnapshotMaxAge of its last write, else starts with empty routes", path=str(self.path),
                       error=message)
         self._failing = True
+        self.failing.add(STORE)
 
     def _succeeded(self, version: tuple[int, int]) -> None:
         self._written = version
-        self._stamp()
+        if self._stamp():
+            self._recovered()
+
+    def _recovered(self) -> None:
+        """Written (or marked current) after a failing spell: said once."""
         if self._failing:
             log.info("route snapshot {path} written again", path=str(self.path))
         self._failing = False
+        self.failing.discard(STORE)
 
     def _fork_writer(self, version: tuple[int, int]) -> _Writer:
         errors, report = os.pipe()

@@ -30,6 +30,8 @@ STORE_ERRORS = ("ENOSPC", "EMFILE", "EIO", "EROFS")
 #: ... and the data directory removed while running (NamesrvService.check_data_dirs): born at its first
 #: count, the series read by increase() as no increase at all, and NamesrvStoreNotWritten never fired for it
 DATA_DIR_REMOVED = ("dataDirectory", "removed")
+#: the stores written in the background, tried again at each tick: namesrv_store_failing's series
+PERIODIC_STORES = ("eventsPath", "routeSnapshotPath", "topologyPath")
 #: ... and namesrv_log_lines_lost: a full disk, a failing one, a read-only one or no descriptor left when a
 #: rotation reopens the file, a stdout pipe whose reader left or is too slow (a non-blocking pipe), no stdout
 #: at all; a series born at its first loss would be read by increase() as no loss at all
@@ -333,6 +335,13 @@ class NamesrvCollector(Collector):
                         "(topologyPath), the page's events (eventsPath) and the route snapshot (routeSnapshotPath) are "
                         "written again at their next tick; the starts' count (starts) at the next start or stop",
                         "error", self.metrics.store_failures, STORES, STORE_ERRORS, (DATA_DIR_REMOVED,))
+        failing = GaugeMetricFamily("namesrv_store_failing", "1 while the last write of a file written in the "
+                                    "background (topologyPath, eventsPath, routeSnapshotPath) failed and none "
+                                    "succeeded since, else 0: NamesrvStoreNotWritten ends once it is written again",
+                                    labels=["store"])
+        for store in PERIODIC_STORES:
+            failing.add_metric([store], 1 if store in self.metrics.store_failing else 0)
+        yield failing
         lost = CounterMetricFamily("namesrv_log_lines_lost", "Log lines not written because the log's file or "
                                    "stdout refused them (a full disk: ENOSPC), by error; once it can be written "
                                    "again, one warning line in the log gives their number and when",
