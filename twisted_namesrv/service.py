@@ -104,12 +104,16 @@ def foreign_words(config: NamesrvConfig) -> dict[str, str]:
 
 def check_paths(config: NamesrvConfig) -> None:
     """The files the server writes must be writable before it listens: a data dir that is a file
-    would otherwise fail at the first KV change, answered with SYSTEM_ERROR."""
+    would otherwise fail at the first KV change, answered with SYSTEM_ERROR.  A path a file set
+    (the ``-c`` file's ``kvConfigPath``, pointing at the old Java server's directory) is named with
+    that file, as a value out of range is: the operator looks there, not at ``--data-dir``."""
     for key in ("kvConfigPath", "routeSnapshotPath"):
         if config[key]:
             cause = unwritable(config[key])
             if cause:
-                raise ConfigError(f"{key}={config[key]}: {cause}")
+                source = config.sources.get(key, "command line")
+                where = "" if source == "command line" else f"{source}: "
+                raise ConfigError(f"{where}{key}={config[key]}: {cause}")
 
 
 #: how often the stores' directories are checked for being still there (data_lock.StoreLock.check)
