@@ -89,6 +89,8 @@ def test_an_unknown_key_close_to_a_known_one_names_it(tmp_path):
      "Java's mqnamesrv reads false (Boolean.parseBoolean does not trim)"),
     ("serverChannelMaxIdleTimeSeconds : 60  ", "serverChannelMaxIdleTimeSeconds", "60  ", "60",
      "Java's mqnamesrv ignores it and keeps 120 (Integer.parseInt does not trim)"),
+    ("listenPort=9877\u2028", "listenPort", "9877\\u2028", "9877",  # a line separator: white space to Python's int()
+     "Java's mqnamesrv ignores it and keeps 9876 (Integer.parseInt does not trim)"),
 ])
 def test_a_number_or_boolean_ending_in_white_space_says_what_java_reads(tmp_path, line, name, shown, ours, java):
     """Properties.load keeps a value's trailing blanks and Java trims only strings: ``listenPort=9877 ``

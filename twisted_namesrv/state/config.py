@@ -483,13 +483,13 @@ def _java_reads_otherwise(key: ConfigKey, text: str) -> str | None:
     trims only strings: Integer.parseInt refuses ``9877 `` (the key keeps its default, in silence)
     and Boolean.parseBoolean reads ``true `` as false.  This server trims, as for strings."""
     default = key.default
-    if not key.generations or not isinstance(default, (bool, int)) or text == text.strip(JAVA_TRIMMED):
+    if not key.generations or not isinstance(default, (bool, int)):
         return None
     ours = _coerce(key, text)
     if isinstance(default, bool):
         java = text.lower() == "true"
         return None if java == ours else f"Java's mqnamesrv reads {_text(java)} (Boolean.parseBoolean does not trim)"
-    if ours == default:
+    if ours == (int(text) if JAVA_INTEGER.fullmatch(text) else default):
         return None
     return f"Java's mqnamesrv ignores it and keeps {default} (Integer.parseInt does not trim)"
 
@@ -520,7 +520,7 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
                             "unknown keys)")
             continue
         control = first_control(name) or first_control(text.strip(JAVA_TRIMMED))  # the value as taken
-        if control:
+        if control and not isinstance(key.default, (bool, int)):  # a number's or boolean's: parsed without it
             warnings.append(f"{path}: {escaped(name)}: holds a control character ({control}), kept as read "
                             "(UPDATE_NAMESRV_CONFIG refuses such values; the file is written with it escaped)")
         problem = _check_value(key, text)
