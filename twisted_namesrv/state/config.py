@@ -559,18 +559,37 @@ def read_properties(path: str, what: str = "cannot read config file") -> dict[st
 def read_properties_file(path: str, what: str = "cannot read config file") -> tuple[dict[str, str], list[str]]:
     """``read_properties`` and a warning for each key the file sets more than once: the last is
     used, as Java's Properties.load does, and Java says nothing of the others, so a line appended
-    at the end (``listenPort=9877``) silently beat the one an operator reads at the top; and one
-    when the file is not UTF-8 (read as ISO-8859-1)."""
+    at the end (``listenPort=9877``) silently beat the one an operator reads at the top; one when
+    the file is not UTF-8 (read as ISO-8859-1); and one when a byte-order mark glued to the first
+    key made Java ignore that setting (``bom_hid``)."""
     try:
-        text, not_utf8 = properties.decode_file(read_regular(path, TEXT_FILE_LIMIT))
+        data = read_regular(path, TEXT_FILE_LIMIT)
+        text, not_utf8 = properties.decode_file(data)
         read = list(properties.pairs(text))
     except OSError as exc:
         raise ConfigError(f"{what} {path}: {exc.strerror}") from None
     except properties.PropertiesError as exc:
         raise ConfigError(f"{what} {path}: not a properties file ({exc})") from None
-    latin1 = [f"{path}: {not_utf8}: read as ISO-8859-1, as Java's mqnamesrv reads every -c file "
-              "(an update saved to it writes UTF-8)"] if not_utf8 else []
-    return dict(read), latin1 + repeated_keys(path, read)
+    notes = [f"{path}: {not_utf8}: read as ISO-8859-1, as Java's mqnamesrv reads every -c file "
+             "(an update saved to it writes UTF-8)"] if not_utf8 else []
+    hidden = bom_hid(data, text, read)
+    if hidden:
+        name, value = hidden
+        notes.append(f"{path}: starts with a byte-order mark (a Windows editor's): read past here, while Java's "
+                     f"mqnamesrv reads it as part of the first key and so ignores "
+                     f"{escaped(name)}={MASK if is_secret(name) else escaped(value.strip())}")
+    return dict(read), notes + repeated_keys(path, read)
+
+
+def bom_hid(data: bytes, text: str, read: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The setting a byte-order mark at the start of ``data`` (its text ``text``, its keys and values
+    ``read`` in order) hid from Java, or None.  Java reads the mark as a character of the first line:
+    a comment there stops being one (harmless, a key nobody reads), but a first line that sets a key
+    sets ``\ufeff`` + the key, and the setting itself is ignored in silence, unless set again below."""
+    if not data.startswith(properties.BOM) or not read or text[:1] in " \t\f#!\r\n":
+        return None
+    name, value = read[0]
+    return None if any(later == name for later, _ in read[1:]) else (name, value)
 
 
 def repeated_keys(path: str, read: list[tuple[str, str]]) -> list[str]:
