@@ -144,6 +144,10 @@ def store_refusal(failures: Counter[tuple[str, str]],
 def _say_what_was_read(config: NamesrvConfig, kv: KVConfigManager, kv_path: Path) -> None:
     """The start's lines on the files it read, as Java's "load KV config table OK": started in place of
     mqnamesrv on its ~/namesrv, nothing said whether its kvConfig.json and namesrv.properties were read."""
+    if kv.not_utf8:
+        log.warn("{path}: {why}: read as ISO-8859-1, as a Java NameServer whose default charset is ISO-8859-1 "
+                 "wrote and read it (one on UTF-8 reads U+FFFD there); the next KV change writes it as UTF-8",
+                 path=str(kv_path), why=kv.not_utf8)
     if kv_path.exists():
         entries = sum(len(keys) for keys in kv.configTable.values())
         log.info("load KV config table OK: {path}, {namespaces} namespaces, {entries} keys", path=str(kv_path),
