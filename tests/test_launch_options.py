@@ -69,7 +69,9 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_sets_its_first_key(tmp_pat
     config = tmp_path / "namesrv.properties"
     config.write_bytes(b"\xef\xbb\xbflistenPort=29876\r\nenableTopicList=false\r\n")
     loaded = NamesrvConfig.from_file(str(config))
-    assert (loaded["listenPort"], loaded["enableTopicList"], loaded.warnings) == (29876, False, [])
+    assert (loaded["listenPort"], loaded["enableTopicList"]) == (29876, False)
+    assert loaded.warnings == [f"{config}: starts with a byte-order mark (a Windows editor's): read past here, while "
+                               "Java's mqnamesrv reads it as part of the first key and so ignores listenPort=29876"]
 
 
 @pytest.mark.parametrize("name", [*FOREGROUND, pytest.param("run-server.sh", marks=pytest.mark.skipif(

@@ -218,6 +218,21 @@ def test_an_unusable_data_dir_is_refused_before_listening(tmp_path, make, cause)
     assert info.value.code == f"namesrv: cannot start: kvConfigPath={data}/kvConfig.json: {cause.format(d=data)}"
 
 
+def test_an_unusable_path_set_by_the_config_file_names_the_file(tmp_path):
+    """kvConfigPath from the operator's -c file (their old Java server's directory): the reason names
+    the file that set it, as a value out of range does; before, only the path, which the operator then
+    looked for on the command line."""
+    (tmp_path / "old").write_text("a file where the directory was")
+    path = tmp_path / "namesrv.properties"
+    path.write_text(f"kvConfigPath={tmp_path}/old/kvConfig.json\n")
+    options = tap.Options()
+    options.parseOptions(["-c", str(path), "--port", "0"])
+    with pytest.raises(SystemExit) as info:
+        tap.makeService(options)
+    assert info.value.code == (f"namesrv: cannot start: {path}: kvConfigPath={tmp_path}/old/kvConfig.json: "
+                               f"{tmp_path}/old is not a directory")
+
+
 def read_only_dir(tmp_path):
     """A directory this process cannot write in: a chmod 500 one, or for root (which writes there
     anyway) Linux's sysfs."""

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Any
 
 from .escapes import escaped
-from .state.config import MASK, is_secret
+from .state.config import MASK, NamesrvConfig, is_secret
 
 #: the variables runserver.sh reads (JAVA_OPT) and the one its users often write instead
 VARIABLES = ("JAVA_OPT", "JAVA_OPTS")
@@ -55,9 +54,13 @@ def _properties(words: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def warnings(environ: Mapping[str, str], values: Mapping[str, Any]) -> list[str]:
-    """What to say of the JVM options in ``environ`` (``VARIABLES``), given the running ``values``
-    (a ``user.home`` whose ``namesrv`` directory already holds kvConfigPath needs no line)."""
+def warnings(environ: Mapping[str, str], config: NamesrvConfig) -> list[str]:
+    """What to say of the JVM options in ``environ`` (``VARIABLES``), given the running ``config``:
+    ``user.home`` places Java's KV store only while kvConfigPath is at its default, so it needs no
+    line when the ``-c`` file or the command line sets kvConfigPath (Java reads the file's too), nor
+    when its ``namesrv`` directory already is where the KV store is."""
+    kv_config_path = str(config["kvConfigPath"])
+    placed = "kvConfigPath" in config.sources
     said = []
     for variable in VARIABLES:
         text = environ.get(variable, "").strip()
@@ -69,7 +72,7 @@ def warnings(environ: Mapping[str, str], values: Mapping[str, Any]) -> list[str]
             shown = MASK if is_secret(name) or name.endswith("keyPassword") else escaped(value)
             if name == "user.home":
                 data_dir = f"{value.rstrip('/')}/namesrv"
-                if str(values.get("kvConfigPath", "")) != f"{data_dir}/kvConfig.json":
+                if not placed and kv_config_path != f"{data_dir}/kvConfig.json":
                     said.append(f"${variable}: -Duser.home={shown}: Java keeps kvConfig.json and namesrv.properties "
                                 f"in {escaped(data_dir)}; here: --data-dir {escaped(data_dir)}")
             elif name in _HERE:

@@ -49,7 +49,8 @@ class PropertiesError(ValueError):
 
 # -- reading -----------------------------------------------------------------------------------
 
-_BOM = b"\xef\xbb\xbf"
+#: a byte-order mark in UTF-8, as Windows editors start a file with it
+BOM = b"\xef\xbb\xbf"
 _LINE_ENDS = re.compile(rb"\r\n|\r|\n")
 
 
@@ -63,8 +64,8 @@ def decode_file(data: bytes) -> tuple[str, str | None]:
     (``Properties.load(InputStream)``): such a file means to this server what it meant to Java,
     where refusing it stopped a start Java made with it.  The reason names the first such byte and its
     line, for the warning the caller gives."""
-    if data.startswith(_BOM):
-        data = data[len(_BOM):]
+    if data.startswith(BOM):
+        data = data[len(BOM):]
     try:
         return data.decode("utf-8"), None
     except UnicodeDecodeError as exc:

@@ -104,12 +104,16 @@ def foreign_words(config: NamesrvConfig) -> dict[str, str]:
 
 def check_paths(config: NamesrvConfig) -> None:
     """The files the server writes must be writable before it listens: a data dir that is a file
-    would otherwise fail at the first KV change, answered with SYSTEM_ERROR."""
+    would otherwise fail at the first KV change, answered with SYSTEM_ERROR.  A path a file set
+    (the ``-c`` file's ``kvConfigPath``, pointing at the old Java server's directory) is named with
+    that file, as a value out of range is: the operator looks there, not at ``--data-dir``."""
     for key in ("kvConfigPath", "routeSnapshotPath"):
         if config[key]:
             cause = unwritable(config[key])
             if cause:
-                raise ConfigError(f"{key}={config[key]}: {cause}")
+                source = config.sources.get(key, "command line")
+                where = "" if source == "command line" else f"{source}: "
+                raise ConfigError(f"{where}{key}={config[key]}: {cause}")
 
 
 #: how often the stores' directories are checked for being still there (data_lock.StoreLock.check)
@@ -140,6 +144,10 @@ def store_refusal(failures: Counter[tuple[str, str]],
 def _say_what_was_read(config: NamesrvConfig, kv: KVConfigManager, kv_path: Path) -> None:
     """The start's lines on the files it read, as Java's "load KV config table OK": started in place of
     mqnamesrv on its ~/namesrv, nothing said whether its kvConfig.json and namesrv.properties were read."""
+    if kv.not_utf8:
+        log.warn("{path}: {why}: read as ISO-8859-1, as a Java NameServer whose default charset is ISO-8859-1 "
+                 "wrote and read it (one on UTF-8 reads U+FFFD there); the next KV change writes it as UTF-8",
+                 path=str(kv_path), why=kv.not_utf8)
     if kv_path.exists():
         entries = sum(len(keys) for keys in kv.configTable.values())
         log.info("load KV config table OK: {path}, {namespaces} namespaces, {entries} keys", path=str(kv_path),

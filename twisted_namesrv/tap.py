@@ -156,7 +156,7 @@ class Options(usage.Options):
                                                   SERVER_SCHEMA)
         except (ConfigError, ValueError) as exc:
             cannot_start(str(exc))
-        warn_of([*self.config.warnings, *java_opt.warnings(os.environ, self.config.values)])
+        warn_of([*self.config.warnings, *java_opt.warnings(os.environ, self.config)])
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)

@@ -89,6 +89,8 @@ def test_an_unknown_key_close_to_a_known_one_names_it(tmp_path):
      "Java's mqnamesrv reads false (Boolean.parseBoolean does not trim)"),
     ("serverChannelMaxIdleTimeSeconds : 60  ", "serverChannelMaxIdleTimeSeconds", "60  ", "60",
      "Java's mqnamesrv ignores it and keeps 120 (Integer.parseInt does not trim)"),
+    ("listenPort=9877\u2028", "listenPort", "9877\\u2028", "9877",  # a line separator: white space to Python's int()
+     "Java's mqnamesrv ignores it and keeps 9876 (Integer.parseInt does not trim)"),
 ])
 def test_a_number_or_boolean_ending_in_white_space_says_what_java_reads(tmp_path, line, name, shown, ours, java):
     """Properties.load keeps a value's trailing blanks and Java trims only strings: ``listenPort=9877 ``
@@ -144,11 +146,19 @@ def test_a_key_set_twice_warns_naming_the_value_used_a_secret_masked(tmp_path):
         "ignores it and keeps 9876 (Integer.parseInt does not trim); remove the white space for both to read 9877"]
 
 
-def test_a_byte_order_mark_is_read_past(tmp_path):
+def test_a_byte_order_mark_is_read_past_saying_what_java_lost_to_it(tmp_path):
+    """Java reads the mark into the first key (``\ufefflistenPort``) and so runs on 9876 in silence;
+    here the file means what it says, and the warning says that Java did not do it."""
     path = tmp_path / "namesrv.conf"
     path.write_bytes(b"\xef\xbb\xbflistenPort=9988\r\n")
     config = NamesrvConfig.from_file(str(path))
-    assert (config["listenPort"], config.warnings) == (9988, [])
+    assert (config["listenPort"], config.warnings) == (9988, [
+        f"{path}: starts with a byte-order mark (a Windows editor's): read past here, while Java's mqnamesrv reads "
+        "it as part of the first key and so ignores listenPort=9988"])
+    for harmless in (b"# settings\r\nlistenPort=9988\r\n", b"listenPort=9988\r\nlistenPort=9988\r\n"):
+        path.write_bytes(b"\xef\xbb\xbf" + harmless)  # a comment first, or the key set again: Java lost nothing
+        config = NamesrvConfig.from_file(str(path))
+        assert config["listenPort"] == 9988 and not [w for w in config.warnings if "byte-order" in w]
 
 
 @pytest.mark.parametrize("text", ["maybe", "yes", "1", ""])

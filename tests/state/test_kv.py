@@ -165,6 +165,18 @@ def test_corrupt_file_raises_naming_the_file(tmp_path, content):
     assert path.read_bytes() == content  # never overwritten
 
 
+def test_a_file_a_latin1_jvm_wrote_is_read_as_it_read_it(tmp_path):
+    """Java's KVConfigManager writes and reads kvConfig.json in the JVM's default charset: a Java 8
+    under a Latin-1 locale left ``café`` as ``caf\\xe9``, and read it back as ``café``.  It stopped this
+    server's start ('utf-8' codec can't decode byte 0xe9); it is read as ISO-8859-1, said, and kept."""
+    path = tmp_path / "kvConfig.json"
+    path.write_bytes(b'{"configTable":{"ns1":{"k":"caf\xe9"},"ORDER_TOPIC_CONFIG":{"T":"broker-a:4"}}}')
+    kv = file_backed(path)
+    assert kv.configTable == {"ns1": {"k": "café"}, "ORDER_TOPIC_CONFIG": {"T": "broker-a:4"}}
+    assert kv.not_utf8 == "byte 0xE9 at offset 31 is not UTF-8"
+    assert file_backed(tmp_path / "absent.json").not_utf8 is None
+
+
 def test_a_file_java_cannot_read_either_is_refused_before_a_byte_is_read(tmp_path, monkeypatch):
     """A KV file of 2 GiB or more (a sparse 100 GB one swapped in) was read whole, then parsed; Java's
     NameServer cannot start with one either (a Java array of its length). Here the bound is lowered

@@ -483,13 +483,13 @@ def _java_reads_otherwise(key: ConfigKey, text: str) -> str | None:
     trims only strings: Integer.parseInt refuses ``9877 `` (the key keeps its default, in silence)
     and Boolean.parseBoolean reads ``true `` as false.  This server trims, as for strings."""
     default = key.default
-    if not key.generations or not isinstance(default, (bool, int)) or text == text.strip(JAVA_TRIMMED):
+    if not key.generations or not isinstance(default, (bool, int)):
         return None
     ours = _coerce(key, text)
     if isinstance(default, bool):
         java = text.lower() == "true"
         return None if java == ours else f"Java's mqnamesrv reads {_text(java)} (Boolean.parseBoolean does not trim)"
-    if ours == default:
+    if ours == (int(text) if JAVA_INTEGER.fullmatch(text) else default):
         return None
     return f"Java's mqnamesrv ignores it and keeps {default} (Integer.parseInt does not trim)"
 
@@ -520,7 +520,7 @@ def check_file_keys(path: str, file_keys: dict[str, str], strict: bool = False,
                             "unknown keys)")
             continue
         control = first_control(name) or first_control(text.strip(JAVA_TRIMMED))  # the value as taken
-        if control:
+        if control and not isinstance(key.default, (bool, int)):  # a number's or boolean's: parsed without it
             warnings.append(f"{path}: {escaped(name)}: holds a control character ({control}), kept as read "
                             "(UPDATE_NAMESRV_CONFIG refuses such values; the file is written with it escaped)")
         problem = _check_value(key, text)
@@ -559,18 +559,37 @@ def read_properties(path: str, what: str = "cannot read config file") -> dict[st
 def read_properties_file(path: str, what: str = "cannot read config file") -> tuple[dict[str, str], list[str]]:
     """``read_properties`` and a warning for each key the file sets more than once: the last is
     used, as Java's Properties.load does, and Java says nothing of the others, so a line appended
-    at the end (``listenPort=9877``) silently beat the one an operator reads at the top; and one
-    when the file is not UTF-8 (read as ISO-8859-1)."""
+    at the end (``listenPort=9877``) silently beat the one an operator reads at the top; one when
+    the file is not UTF-8 (read as ISO-8859-1); and one when a byte-order mark glued to the first
+    key made Java ignore that setting (``bom_hid``)."""
     try:
-        text, not_utf8 = properties.decode_file(read_regular(path, TEXT_FILE_LIMIT))
+        data = read_regular(path, TEXT_FILE_LIMIT)
+        text, not_utf8 = properties.decode_file(data)
         read = list(properties.pairs(text))
     except OSError as exc:
         raise ConfigError(f"{what} {path}: {exc.strerror}") from None
     except properties.PropertiesError as exc:
         raise ConfigError(f"{what} {path}: not a properties file ({exc})") from None
-    latin1 = [f"{path}: {not_utf8}: read as ISO-8859-1, as Java's mqnamesrv reads every -c file "
-              "(an update saved to it writes UTF-8)"] if not_utf8 else []
-    return dict(read), latin1 + repeated_keys(path, read)
+    notes = [f"{path}: {not_utf8}: read as ISO-8859-1, as Java's mqnamesrv reads every -c file "
+             "(an update saved to it writes UTF-8)"] if not_utf8 else []
+    hidden = bom_hid(data, text, read)
+    if hidden:
+        name, value = hidden
+        notes.append(f"{path}: starts with a byte-order mark (a Windows editor's): read past here, while Java's "
+                     f"mqnamesrv reads it as part of the first key and so ignores "
+                     f"{escaped(name)}={MASK if is_secret(name) else escaped(value.strip())}")
+    return dict(read), notes + repeated_keys(path, read)
+
+
+def bom_hid(data: bytes, text: str, read: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The setting a byte-order mark at the start of ``data`` (its text ``text``, its keys and values
+    ``read`` in order) hid from Java, or None.  Java reads the mark as a character of the first line:
+    a comment there stops being one (harmless, a key nobody reads), but a first line that sets a key
+    sets ``\ufeff`` + the key, and the setting itself is ignored in silence, unless set again below."""
+    if not data.startswith(properties.BOM) or not read or text[:1] in " \t\f#!\r\n":
+        return None
+    name, value = read[0]
+    return None if any(later == name for later, _ in read[1:]) else (name, value)
 
 
 def repeated_keys(path: str, read: list[tuple[str, str]]) -> list[str]:

@@ -101,6 +101,21 @@ def read_table(data: bytes) -> Table:
     return read
 
 
+def as_utf8(data: bytes) -> tuple[bytes, str | None]:
+    """A KV file's bytes as UTF-8, and why they were not (None when they were).  Java's NameServer
+    writes and reads the file in the JVM's default charset (``new String(data)``): one that ran with
+    ISO-8859-1 (a Java 8 under a Latin-1 locale) left ``é`` as the byte E9, which it read back as ``é``.
+    Such a file stopped this server's start with Python's decoding error; it is read as ISO-8859-1
+    instead, keeping every character (a JVM on UTF-8 would read U+FFFD there), and the next change
+    writes it as UTF-8."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (data.decode("latin-1").encode("utf-8"),
+                f"byte 0x{data[exc.start]:02X} at offset {exc.start} is not UTF-8")
+    return data, None
+
+
 def _strings_only(obj: object) -> bool:
     """Whether every value of every namespace is a string or null (what this server and Java write)."""
     table = obj.get("configTable") if isinstance(obj, dict) else None
@@ -166,6 +181,8 @@ class KVConfigManager:
         #: the file is not known to hold the table as saved (its directory removed while running:
         #: ``write_again``) until a write of the whole table succeeds; a restart now would start without it
         self.missing = False
+        #: why the file loaded was not read as UTF-8 (``as_utf8``), None when it was
+        self.not_utf8: str | None = None
         #: why the last write while ``missing`` failed (a full disk), None when none did
         self.unwritten: str | None = None
         self._limit = limit
@@ -195,6 +212,7 @@ class KVConfigManager:
             raise KVConfigError(f"cannot read KV config {path}: {exc.strerror}") from None
         if not data.strip():
             return  # Java reads an empty file as an empty table
+        data, self.not_utf8 = as_utf8(data)
         try:
             self.configTable = read_table(data)
             self.size = len(self.encode())
