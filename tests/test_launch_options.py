@@ -35,6 +35,7 @@ FOREGROUND = {
     (["--port", "abc"], "--port: not a number: abc"),
     (["--log-rotate", "often"], "--log-rotate: 'often' is neither 'daily' nor a size such as 128MB"),
     (["--log-level", "loud"], "--log-level: loud is not one of debug, info, warn, error, critical"),
+    (["--log-keep", "\u00b2"], "--log-keep: not a number: \u00b2"),  # a traceback, exit 1, before
 ])
 def test_a_usage_error_is_one_line_and_try_help(tmp_path, name, args, message):
     result = run(FOREGROUND[name] + args, tmp_path)

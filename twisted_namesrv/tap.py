@@ -171,7 +171,7 @@ class Options(usage.Options):
             raise usage.UsageError(str(exc)) from None
         if self["log-level"] not in LEVELS:
             raise usage.UsageError(f"--log-level: {self['log-level']} is not one of {', '.join(LEVELS)}")
-        if not self["log-keep"].isdigit():
+        if not (self["log-keep"].isascii() and self["log-keep"].isdigit()):  # ('²' is a digit to isdigit, not int)
             raise usage.UsageError(f"--log-keep: not a number: {self['log-keep']}")
         self.own_logging = take_over_twistd_logging(self, self._logs_asked())
 
