@@ -1520,14 +1520,14 @@ def _expired_or_back(broker: Item, label: str, addr: Item) -> Item:
     at, silence = broker["ended_at"], broker["silence_s"]
     how = (f"the NameServer closed its connection after {silence:,.1f} s of silence" if broker["closed"] else
            f"silent {silence:,.1f} s: the NameServer's scan removes it")
-    back = broker["maybe_back_as"]
+    back, ending = broker["maybe_back_as"], "this close" if broker["closed"] else "its scan then"
     named = ", ".join(f"{clipped_name(b['broker'])} at {iso_time(b['t'])}" for b in back[:3]) + (
         f" and {len(back) - 3} more" if len(back) > 3 else "")
     return _finding("expired_or_reconnected", WARNING, f"{label}: {how} at {iso_time(at)} (last heartbeat "
                     f"{_iso(broker['last_alive'])}): expired, unless it registered again over another connection "
                     f"meanwhile, as {named} did: a snap length cut the addresses, so which broker each connection "
                     f"registers cannot be told (the NameServer keys brokers by address: one back over a new "
-                    f"connection is renewed, and this close removed nothing)", **addr, t=iso_time(at),
+                    f"connection is renewed, and {ending} removed nothing)", **addr, t=iso_time(at),
                     silence_s=round(silence, 3), seconds=round(silence, 3),
                     **{"from": iso_time(at - silence), "to": iso_time(at)}, open=False,
                     last_alive=_iso(broker["last_alive"]), server=broker["server"], closed=broker["closed"],

@@ -198,10 +198,10 @@ def endpoint_stories(ends: Ends, sides: Mapping[tuple[str, str], str] | None = N
     listeners = _one_listener(stories, own_addresses(ends), connected, attempted)
     for server, story in stories.items():
         _place_refused(story, attempted[server], bool(connected[server]))
-    for endpoints in listeners:
-        _link_addresses([stories[endpoint] for endpoint in endpoints])
         # a close as the server went away (stopped with a request unanswered) is its going, not a refusal
         story.turned_away = {client: t for client, t in story.turned_away.items() if story.went_away(t) is None}
+    for endpoints in listeners:
+        _link_addresses([stories[endpoint] for endpoint in endpoints])
     return stories
 
 
