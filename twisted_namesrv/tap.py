@@ -16,7 +16,7 @@ from typing import NoReturn
 from twisted.copyright import version as twisted_version
 from twisted.python import usage
 
-from . import CannotStart, __version__, cannot_start_line, java_opt
+from . import CannotStart, __version__, cannot_start_line, java_neighbours, java_opt
 from .compat import PROFILES
 from .launch import (
     cannot_start,
@@ -160,6 +160,7 @@ class Options(usage.Options):
         if self["printConfigItem"]:
             sys.stdout.write(self.config.all_keys_text())
             sys.exit(0)
+        warn_of(java_neighbours.sharing(str(self.config["kvConfigPath"])))
 
     def _check_log_options(self) -> None:
         """Usage errors for the log options; under twistd, our observer replaces twistd's own (its
