@@ -7,8 +7,10 @@ Java's NameServer reads those system properties (``user.home`` places kvConfig.j
 config, TlsSystemConfig the TLS keys, NettySystemConfig the frame limit); this server is not a JVM
 and reads none of them.  Taking them in silence would start it on an empty ``~/namesrv`` (the KV
 store, ORDER_TOPIC_CONFIG among it, seemingly gone) or without TLS; so each such property is a
-warning naming the option or key that does the same here, and the rest one line.  Nothing is taken
-from it: the command line and the ``-c`` file stay the one place a setting comes from.
+warning naming the option or key that does the same here, after one line saying the variable is not
+read.  The rest (heap and GC flags, logging properties) has no counterpart here and is passed over in
+silence: a host that sets ``JAVA_OPT`` for every JVM would otherwise be warned at every start.  Nothing
+is taken from it: the command line and the ``-c`` file stay the one place a setting comes from.
 """
 
 from __future__ import annotations
@@ -66,15 +68,17 @@ def warnings(environ: Mapping[str, str], config: NamesrvConfig) -> list[str]:
         text = environ.get(variable, "").strip()
         if not text:
             continue
-        said.append(f"${variable} is set: options for Java's JVM, not read by this server "
-                    "(the command line and the -c file are read)")
+        named = []
         for name, value in _properties(_words(text)):
             shown = MASK if is_secret(name) or name.endswith("keyPassword") else escaped(value)
             if name == "user.home":
                 data_dir = f"{value.rstrip('/')}/namesrv"
                 if not placed and kv_config_path != f"{data_dir}/kvConfig.json":
-                    said.append(f"${variable}: -Duser.home={shown}: Java keeps kvConfig.json and namesrv.properties "
+                    named.append(f"${variable}: -Duser.home={shown}: Java keeps kvConfig.json and namesrv.properties "
                                 f"in {escaped(data_dir)}; here: --data-dir {escaped(data_dir)}")
             elif name in _HERE:
-                said.append(f"${variable}: -D{name}={shown}: here: {_HERE[name].format(shown, shown)}")
+                named.append(f"${variable}: -D{name}={shown}: here: {_HERE[name].format(shown, shown)}")
+        if named:  # (heap and GC flags alone: nothing to say)
+            said += [f"${variable} is set: options for Java's JVM, not read by this server "
+                     "(the command line and the -c file are read)", *named]
     return said
