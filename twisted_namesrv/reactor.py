@@ -6,7 +6,8 @@ turn's ready sockets in epoll's order, so a client's lookup read in that turn wa
 heartbeat before it (27-44 µs each: at 5,000 brokers a turn of 75 took 2.3 ms of CPU, on a loaded
 machine one took 12-40 ms). Here the brokers' sockets are watched in an epoll set of their own,
 which the clients' set watches as one descriptor: a turn serves every ready socket of the
-clients' set (clients, ``mqadmin``, the listening ports, the HTTP port), then at most
+clients' set (clients, ``mqadmin``, the listening ports, the HTTP port; up to ``READY_PER_POLL``,
+the rest first in the next turn), then at most
 ``BROKERS_PER_TURN`` of the brokers' set with something to read or write, in epoll's ready order
 (those it leaves stay at the head of that set's ready list for the next turn, and are not reported
 again until then), and those that hung up or failed besides, up to ``BROKERS_GONE_PER_TURN``
