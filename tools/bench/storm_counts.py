@@ -124,7 +124,7 @@ def callgrind_control(pid: int, port: int, *args: str, timeout: float = 300) -> 
 
 
 #: the client connections opened between two looks at the brokers' last sending
-CLIENTS_PER_BATCH = 500
+CLIENTS_PER_BATCH = 100
 #: the brokers' tables sent again while the clients connect, this often (s): under valgrind their
 #: opening takes minutes, and a broker silent for 120 s expires (its connection closed)
 KEEP_BROKERS_EVERY = 30.0
