@@ -95,9 +95,10 @@ ACCEPTS_PER_TURN = 64
 #: frees it after).  Twisted asks for one per descriptor watched: at the curve's 19,500 idle client
 #: connections 234 KB a turn, past glibc's 64 KiB threshold at which a free consolidates the heap's
 #: fast bins and past its 128 KiB trim threshold, so where that room was the heap's top every turn
-#: grew the heap and gave it back (two ``brk`` calls a turn, 0.85 k instructions more a poll, in a
-#: poll's loop alone: docs/benchmarks.md).  Epoll reports a level-triggered socket left over at the
-#: head of its ready list in the next poll, so the rest wait a turn, none longer
+#: grew the heap and gave it back (two ``brk`` calls a poll, in a loop of polls alone; none seen in
+#: the real server's storms, whose room came from free chunks: docs/benchmarks.md).  Epoll reports a
+#: level-triggered socket left over at the head of its ready list in the next poll, so the rest wait
+#: a turn, none longer
 READY_PER_POLL = 1024
 
 #: a socket's events that say it hung up or failed
