@@ -6,7 +6,8 @@ turn's ready sockets in epoll's order, so a client's lookup read in that turn wa
 heartbeat before it (27-44 µs each: at 5,000 brokers a turn of 75 took 2.3 ms of CPU, on a loaded
 machine one took 12-40 ms). Here the brokers' sockets are watched in an epoll set of their own,
 which the clients' set watches as one descriptor: a turn serves every ready socket of the
-clients' set (clients, ``mqadmin``, the listening ports, the HTTP port), then at most
+clients' set (clients, ``mqadmin``, the listening ports, the HTTP port; up to ``READY_PER_POLL``,
+the rest first in the next turn), then at most
 ``BROKERS_PER_TURN`` of the brokers' set with something to read or write, in epoll's ready order
 (those it leaves stay at the head of that set's ready list for the next turn, and are not reported
 again until then), and those that hung up or failed besides, up to ``BROKERS_GONE_PER_TURN``
@@ -94,9 +95,10 @@ ACCEPTS_PER_TURN = 64
 #: frees it after).  Twisted asks for one per descriptor watched: at the curve's 19,500 idle client
 #: connections 234 KB a turn, past glibc's 64 KiB threshold at which a free consolidates the heap's
 #: fast bins and past its 128 KiB trim threshold, so where that room was the heap's top every turn
-#: grew the heap and gave it back (two ``brk`` calls a turn, 0.85 k instructions more a poll, in a
-#: poll's loop alone: docs/benchmarks.md).  Epoll reports a level-triggered socket left over at the
-#: head of its ready list in the next poll, so the rest wait a turn, none longer
+#: grew the heap and gave it back (two ``brk`` calls a poll, in a loop of polls alone; none seen in
+#: the real server's storms, whose room came from free chunks: docs/benchmarks.md).  Epoll reports a
+#: level-triggered socket left over at the head of its ready list in the next poll, so the rest wait
+#: a turn, none longer
 READY_PER_POLL = 1024
 
 #: a socket's events that say it hung up or failed

@@ -26,11 +26,16 @@ curve's ``cpu_until_idle`` counts after a phase), the probe's lookups in it coun
   (``callgrind_annotate DIR/storm-N.out``: by C function, the interpreter's, the kernel's calls and
   the C library's apart).
 
+``--poll-rooms`` counts what the reactor's poll of the clients' set costs by the room it asks for
+(Python's ``epoll.poll`` allocates room for that many events and frees it at every poll): one such
+poll in a loop of its own, one socket ready, under callgrind and strace.
+
 Each ``--rounds`` runs every connection count in turn.  Counts hold on a loaded machine; the CPU
 does not (the machine's load average is printed with each run).
 
     .venv/bin/python tools/bench/storm_counts.py [--step base] [--connections 1000,10000] [--syscalls]
     .venv/bin/python tools/bench/storm_counts.py --instructions [--no-probe] [--keep DIR]
+    .venv/bin/python tools/bench/storm_counts.py --poll-rooms 1024,10002,19502
 """
 
 from __future__ import annotations
@@ -119,7 +124,7 @@ def callgrind_control(pid: int, port: int, *args: str, timeout: float = 300) -> 
 
 
 #: the client connections opened between two looks at the brokers' last sending
-CLIENTS_PER_BATCH = 500
+CLIENTS_PER_BATCH = 100
 #: the brokers' tables sent again while the clients connect, this often (s): under valgrind their
 #: opening takes minutes, and a broker silent for 120 s expires (its connection closed)
 KEEP_BROKERS_EVERY = 30.0
@@ -240,6 +245,38 @@ def run(step: curve.Step, clients: int, python: str, spread: float, settle: floa
         curve.tidy(scratch)
 
 
+#: one poll of an epoll set with one socket ready, asking room for ``sys.argv[1]`` events, ``sys.argv[2]``
+#: times over, glibc's mmap threshold held as the server holds it (``heap.fix_mmap_threshold``)
+POLLS = """import ctypes, select, socket, sys
+room, polls = int(sys.argv[1]), int(sys.argv[2])
+ctypes.CDLL(None).mallopt(-3, 1 << 20)
+a, b = socket.socketpair()
+b.send(b"x")
+ep = select.epoll()
+ep.register(a.fileno(), select.EPOLLIN)
+for _ in range(polls):
+    ep.poll(0, room)
+"""
+
+
+def poll_instructions(python: str, room: int, polls: int = 1_000) -> tuple[float, float]:
+    """Instructions and ``brk`` calls of one ``epoll.poll`` asking room for ``room`` events, in a loop
+    of its own (callgrind and strace, ``polls`` and twice as many: the difference over ``polls``)."""
+    counts, brks = [], []
+    with tempfile.TemporaryDirectory(prefix="namesrv-polls-") as scratch:
+        for n in (polls, 2 * polls):
+            out = Path(scratch) / f"cg.{n}"
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", python, "-c", POLLS,
+                            str(room), str(n)], check=True, capture_output=True)
+            found = COUNTED.search(out.read_text())
+            assert found is not None
+            counts.append(int(found.group(1)))
+            traced = subprocess.run(["strace", "-f", "-c", "-e", "trace=brk", python, "-c", POLLS, str(room),
+                                     str(n)], check=True, capture_output=True, text=True).stderr
+            brks.append(sum(int(line.split()[3]) for line in traced.splitlines() if line.endswith(" brk")))
+    return (counts[1] - counts[0]) / polls, (brks[1] - brks[0]) / polls
+
+
 def said(got: dict[str, Any]) -> str:
     """One run's line: what the window held and cost, and per lookup."""
     lookups = got["lookups"]
@@ -270,8 +307,17 @@ def main() -> None:
     p.add_argument("--instructions", action="store_true", help="the instructions (callgrind: the server some fifty "
                    "times as slow)")
     p.add_argument("--keep", type=Path, metavar="DIR", help="with --instructions: the window's dumps kept here")
+    p.add_argument("--poll-rooms", metavar="N,...", help="count instead one epoll.poll asking room for N events "
+                   "(as the reactor asks the clients' set: the descriptors watched and two, at most READY_PER_POLL), "
+                   "in a loop of its own: instructions and brk calls a poll")
     curve.add_server_options(p)
     a = p.parse_args()
+    if a.poll_rooms:
+        for room in (int(n) for n in a.poll_rooms.split(",")):
+            instructions, brks = poll_instructions(a.python, room)
+            print(f"room for {room:,} events: {instructions:,.0f} instructions and {brks:.2f} brk calls a poll",
+                  flush=True)
+        return
     if a.syscalls and a.instructions:
         p.error("--syscalls counts valgrind's own calls under --instructions: one or the other")
     counts = [int(n) for n in a.connections.split(",")]
