@@ -518,8 +518,8 @@ def test_a_stop_on_a_full_disk_says_which_groups_the_restart_will_not_expect(tmp
                     register(proto, transport, addr, name, extra={"clusterName": "cB"})
                 first.clock.advance(2)  # the periodic write fails: logged once
                 samples = first.scrape()  # failing: NamesrvStoreNotWritten holds until written again
-                assert value(samples, "namesrv_store_failing", store="topologyPath") == 1
-                assert value(samples, "namesrv_store_failing", store="eventsPath") == 1
+                assert value(samples, "namesrv_store_failing", store="topologyPath", error="ENOSPC") == 1
+                assert value(samples, "namesrv_store_failing", store="eventsPath", error="ENOSPC") == 1
                 first.service.topology.stopService()  # SIGTERM, the disk still full
                 first.service.events.stopService()
             lines = [formatEvent(e) for e in logged]

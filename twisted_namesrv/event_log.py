@@ -38,7 +38,7 @@ from .events import RECENT_EVENTS, RecentEvents, RouteEvent
 from .file_writer import FileWriter
 from .lost_topics import DEPARTURES, LostTopic, LostTopics
 from .state.config import NamesrvConfig
-from .state.files import FileTooBig, NotRegularFile, read_regular
+from .state.files import FileTooBig, NotRegularFile, errno_name, read_regular
 from .state.store import DocumentError, document_items, load_document, set_aside
 from .timers import StepTimerService
 
@@ -129,7 +129,7 @@ class EventLogService(StepTimerService):
 
     def __init__(self, events: RecentEvents, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  interval: float = EVENTS_SAVE_SECONDS, failures: Counter[tuple[str, str]] | None = None,
-                 failing: set[str] | None = None,
+                 failing: dict[str, str] | None = None,
                  lost: LostTopics | None = None, present: Callable[[], Container[str]] = tuple,
                  load_refusals: Counter[tuple[str, str]] | None = None) -> None:
         """``failures``: its file's failed writes counted (file_writer.FileWriter), a retirement's and
@@ -146,7 +146,7 @@ class EventLogService(StepTimerService):
         self._saved = -1
         self._failing = False
         #: the stores failing now (metrics.store_failing): this one's name in it while its writes fail
-        self.failing: set[str] = set() if failing is None else failing
+        self.failing: dict[str, str] = {} if failing is None else failing
         self.load_refusals: Counter[tuple[str, str]] = Counter() if load_refusals is None else load_refusals
 
     def load(self, how: str = "") -> int:
@@ -207,12 +207,12 @@ class EventLogService(StepTimerService):
                 log.error("cannot write events file {path}: {error}; the page's events will not survive a restart "
                           "until it can", path=str(self.path), error=error.strerror or error)
             self._failing = True
-            self.failing.add("eventsPath")
+            self.failing["eventsPath"] = errno_name(error)
             return
         if self._failing:
             log.info("events file {path} written again", path=str(self.path))
         self._failing = False
-        self.failing.discard("eventsPath")
+        self.failing.pop("eventsPath", None)
         self._saved = max(self._saved, seen)
 
     def stopService(self) -> Any:

@@ -71,8 +71,9 @@ class Metrics:
     #: saves that failed, so the change was refused (state/store.py), by (store key, errno name)
     store_failures: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: the periodic stores (topologyPath, eventsPath, routeSnapshotPath) whose last write failed and none
-    #: succeeded since (namesrv_store_failing): NamesrvStoreNotWritten ends once the file is written again
-    store_failing: set[str] = field(default_factory=set)
+    #: succeeded since, each with its last failure's errno name (namesrv_store_failing): NamesrvStoreNotWritten
+    #: ends once the file is written again, and names the error it fails with now
+    store_failing: dict[str, str] = field(default_factory=dict)
     #: store files not loaded at start (topologyPath, routeSnapshotPath), by (store key, reason)
     store_load_refusals: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: starts on this data directory, this one included (starts.py: kept in its file across restarts)

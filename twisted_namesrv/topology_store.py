@@ -23,6 +23,7 @@ from twisted.logger import Logger
 
 from .file_writer import FileWriter
 from .state.config import NamesrvConfig
+from .state.files import errno_name
 from .state.store import LoadRefused, StoreError, read_regular, set_aside
 from .state.topology import KnownGroup, Topology, TopologyFileError, decode, encode, encode_group
 from .timers import StepTimerService
@@ -49,7 +50,7 @@ class TopologyStoreService(StepTimerService):
 
     def __init__(self, topology: Topology, path: str | os.PathLike[str], clock: interfaces.IReactorTime,
                  load_refusals: Counter[tuple[str, str]], interval: float = SAVE_SECONDS,
-                 failures: Counter[tuple[str, str]] | None = None, failing: set[str] | None = None) -> None:
+                 failures: Counter[tuple[str, str]] | None = None, failing: dict[str, str] | None = None) -> None:
         """``failures``: its file's failed writes counted (file_writer.FileWriter), a retirement's and
         the stop's too."""
         super().__init__(interval, self.save_if_changed, clock)
@@ -60,7 +61,7 @@ class TopologyStoreService(StepTimerService):
         self._saved = -1
         self._failing = False
         #: the stores failing now (metrics.store_failing): this one's name in it while its writes fail
-        self.failing: set[str] = set() if failing is None else failing
+        self.failing: dict[str, str] = {} if failing is None else failing
         #: the last write's error, for the stop's line
         self._error: OSError | None = None
         self._refused_told = 0
@@ -138,12 +139,12 @@ class TopologyStoreService(StepTimerService):
                 log.error("cannot write topology file {path}: {error}; groups seen since will be forgotten by a "
                           "restart until it can", path=str(self.path), error=str(error))
             self._failing = True
-            self.failing.add(STORE)
+            self.failing[STORE] = errno_name(error)
             return
         if self._failing:
             log.info("topology file {path} written again", path=str(self.path))
         self._failing = False
-        self.failing.discard(STORE)
+        self.failing.pop(STORE, None)
         self._saved = max(self._saved, version)
 
     def stopService(self) -> Any:

@@ -81,7 +81,7 @@ class RouteSnapshotService(StepTimerService):
     def __init__(self, routes: RouteInfoManager, path: str, clock: interfaces.IReactorTime, interval: float,
                  background: bool = hasattr(os, "fork"), max_age: float = 0.0,
                  load_refusals: Counter[tuple[str, str]] | None = None,
-                 failures: Counter[tuple[str, str]] | None = None, failing: set[str] | None = None) -> None:
+                 failures: Counter[tuple[str, str]] | None = None, failing: dict[str, str] | None = None) -> None:
         super().__init__(interval, self.write_if_changed, clock)
         self.routes = routes
         self.path = Path(path)
@@ -93,7 +93,7 @@ class RouteSnapshotService(StepTimerService):
         self.failures = Counter() if failures is None else failures
         self._failing = False  # a write failed and none has succeeded since: said once
         #: the stores failing now (metrics.store_failing): this one's name in it while its writes fail
-        self.failing: set[str] = set() if failing is None else failing
+        self.failing: dict[str, str] = {} if failing is None else failing
         self._clock = clock
         self._written: tuple[int, int] | None = None
         self._writer: _Writer | None = None
@@ -203,7 +203,7 @@ class RouteSnapshotService(StepTimerService):
                       "routeSnapshotMaxAge of its last write, else starts with empty routes", path=str(self.path),
                       error=message)
         self._failing = True
-        self.failing.add(STORE)
+        self.failing[STORE] = error
 
     def _succeeded(self, version: tuple[int, int]) -> None:
         self._written = version
@@ -215,7 +215,7 @@ class RouteSnapshotService(StepTimerService):
         if self._failing:
             log.info("route snapshot {path} written again", path=str(self.path))
         self._failing = False
-        self.failing.discard(STORE)
+        self.failing.pop(STORE, None)
 
     def _fork_writer(self, version: tuple[int, int]) -> _Writer:
         errors, report = os.pipe()

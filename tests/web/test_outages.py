@@ -96,7 +96,7 @@ def test_a_killed_master_and_a_stopped_group_are_named_within_one_scrape(tmp_pat
         "clusters_unregistered": [],
         "broker_groups_absent": [{"cluster": "c1", "broker_name": "broker-b", **absent}],
         "rejoining": {"seconds_left": 0.0, "broker_groups": [], "clusters": []},
-        "brokers_flapping": []}
+        "brokers_flapping": [], "brokers_restarting_cleanly": []}
     (cluster,) = clusters["clusters"]
     assert cluster["writable_broker_groups"] == 0
     group_a = cluster["broker_groups"][0]

@@ -336,11 +336,14 @@ class NamesrvCollector(Collector):
                         "written again at their next tick; the starts' count (starts) at the next start or stop",
                         "error", self.metrics.store_failures, STORES, STORE_ERRORS, (DATA_DIR_REMOVED,))
         failing = GaugeMetricFamily("namesrv_store_failing", "1 while the last write of a file written in the "
-                                    "background (topologyPath, eventsPath, routeSnapshotPath) failed and none "
-                                    "succeeded since, else 0: NamesrvStoreNotWritten ends once it is written again",
-                                    labels=["store"])
+                                    "background (topologyPath, eventsPath, routeSnapshotPath) failed with this error "
+                                    "and none succeeded since, else 0: NamesrvStoreNotWritten ends once it is written "
+                                    "again, and names the error it fails with now", labels=["store", "error"])
+        now_failing = self.metrics.store_failing
         for store in PERIODIC_STORES:
-            failing.add_metric([store], 1 if store in self.metrics.store_failing else 0)
+            seen = {error for (name, error) in self.metrics.store_failures if name == store}
+            for error in sorted(set(STORE_ERRORS) | seen | {now_failing.get(store, STORE_ERRORS[0])}):
+                failing.add_metric([store, error], 1 if now_failing.get(store) == error else 0)
         yield failing
         lost = CounterMetricFamily("namesrv_log_lines_lost", "Log lines not written because the log's file or "
                                    "stdout refused them (a full disk: ENOSPC), by error; once it can be written "
