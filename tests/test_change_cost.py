@@ -976,9 +976,9 @@ def test_a_registration_looks_through_no_kept_lookup(tmp_path, monkeypatch):
     """A lookup's answer kept (the curve's probe keeps one throughout its phases), a broker's first
     registration was looked for among the kept lookups twice before it was decoded: as a read
     (``replies_from_read``) and as a frame (``replies_from_memory``), two calls and some twenty
-    lines of a registration's, 0.613 M instructions a first registration against 0.587 M without
-    them (tools/bench, the real server).  A frame whose header begins as a Java broker's
-    registration's (processor.FUSED_HEAD) is no lookup: neither looks; a lookup still does."""
+    lines, about 24 k of a first registration's 0.52 M instructions in the real server (its accept
+    aside: docs/benchmarks.md, ``instructions.py --kept-lookup``).  A frame whose header begins as a
+    Java broker's registration's (processor.FUSED_HEAD) is no lookup: neither looks; a lookup still does."""
     from twisted_namesrv.answer_cache import AnswerCache
 
     cluster = Cluster(tmp_path)

@@ -95,7 +95,7 @@ class LeanServer(tcp.Server):
         """Twisted's, an IPv4 peer's made by ``tcp_address``."""
         if self._rest:
             return super().getPeer()
-        return tcp_address(self.hostname, self._port)
+        return tcp_address(self.hostname, self._port)  # type: ignore[arg-type]  # (Twisted types it object)
 
     @property
     def client(self) -> tuple[Any, ...]:
