@@ -971,6 +971,33 @@ def test_a_new_brokers_first_registration_makes_few_calls(tmp_path):
 
 
 
+
+def test_a_registration_looks_through_no_kept_lookup(tmp_path, monkeypatch):
+    """A lookup's answer kept (the curve's probe keeps one throughout its phases), a broker's first
+    registration was looked for among the kept lookups twice before it was decoded: as a read
+    (``replies_from_read``) and as a frame (``replies_from_memory``), two calls and some twenty
+    lines, about 24 k of a first registration's 0.52 M instructions in the real server (its accept
+    aside: docs/benchmarks.md, ``instructions.py --kept-lookup``).  A frame whose header begins as a
+    Java broker's registration's (processor.FUSED_HEAD) is no lookup: neither looks; a lookup still does."""
+    from twisted_namesrv.answer_cache import AnswerCache
+
+    cluster = Cluster(tmp_path)
+    cluster.register(cluster.connect()[0], "b", 1, ["Kept", "Other"])  # (5.x refuses a first one of one topic)
+    client, _ = cluster.connect()
+    for _ in range(2):
+        cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Kept"})
+    assert cluster.answers.replies
+    looked: list[str] = []
+    for name in ("replies_from_read", "replies_from_memory"):
+        made = getattr(AnswerCache, name)
+        monkeypatch.setattr(AnswerCache, name, lambda self, *args, _made=made, _name=name, **kwargs: (
+            looked.append(_name), _made(self, *args, **kwargs))[1])
+    newcomer, transport = cluster.connect()
+    cluster.register(newcomer, "newcomer", 2, ["New_0", "New_1"])
+    assert b'"code":0' in transport.value() and looked == []
+    cluster.send(client, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Kept"})
+    assert looked == ["replies_from_read"]  # answered from memory as before
+
 def test_a_new_groups_route_event_costs_the_departures_and_the_topology_no_look_beyond_it(tmp_path):
     """A first registration's "registered" event, heard by the departures while none departed and
     by the topology for a group it does not know yet, is a call each and what that one must do:

@@ -48,9 +48,16 @@ _FAMILY, _TYPE, _PROTO = (_raw.__get__ for _raw in (socket.SocketType.family, so
                                                    socket.SocketType.proto))
 
 
+#: whether this Twisted's IPv4Address keeps its fields in a ``__dict__`` (attrs without slots), as
+#: ``tcp_address`` sets them; else it is made by its own constructor
+_DICT_BACKED = hasattr(IPv4Address("TCP", "127.0.0.1", 0), "__dict__")
+
+
 def tcp_address(host: str, port: int) -> IPv4Address:
     """``IPv4Address("TCP", host, port)`` without attrs' validator of its first field, a constant
     here (every accept made two, one for ``buildProtocol`` and one for ``getPeer``)."""
+    if not _DICT_BACKED:
+        return IPv4Address("TCP", host, port)
     address = object.__new__(IPv4Address)
     address.__dict__.update(type="TCP", host=host, port=port)
     return address
@@ -95,7 +102,7 @@ class LeanServer(tcp.Server):
         """Twisted's, an IPv4 peer's made by ``tcp_address``."""
         if self._rest:
             return super().getPeer()
-        return tcp_address(self.hostname, self._port)
+        return tcp_address(self.hostname, self._port)  # type: ignore[arg-type]  # (Twisted types it object)
 
     @property
     def client(self) -> tuple[Any, ...]:

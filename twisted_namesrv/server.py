@@ -771,9 +771,10 @@ class Listener(service.Service):
                 watch_fd_reserve()  # before the port takes the reserve (its start does)
             reactor = underlying(self.reactor)  # (the reactor behind the owners' view: its listenTCP's)
             if isinstance(reactor, PosixReactorBase):  # listenTCP's own steps, on a port that accepts lean
-                lean = LeanPort(self.port_number, factory, self.backlog, self.interface, reactor)
+                lean = LeanPort(self.port_number, factory, self.backlog, self.interface,  # type: ignore[arg-type]
+                                reactor)
                 lean.startListening()  # (lean_transport.py: fewer objects and strings a connection)
-                self.port = lean
+                self.port = lean  # type: ignore[assignment]  # (an IListeningPort by zope's declaration)
             else:  # a test's fake reactor gives its own
                 self.port = self.reactor.listenTCP(self.port_number, factory, backlog=self.backlog,
                                                    interface=self.interface)

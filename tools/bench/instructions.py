@@ -29,6 +29,7 @@ a heartbeat costs more with more connections held (their opening is in both runs
 
     .venv/bin/python tools/bench/instructions.py [--step brokers-5000] [--fewer 500] [--more 1500] [--tree D]
     .venv/bin/python tools/bench/instructions.py --at-once
+    .venv/bin/python tools/bench/instructions.py --kept-lookup    (a lookup's answer kept, as the curve's probe's)
     .venv/bin/python tools/bench/instructions.py --repeated [--renewals 4] [--step brokers-5000] [--more 1500]
     .venv/bin/python tools/bench/instructions.py --lookups 3000 [--fewer 10] [--idle 19500]
 
@@ -200,7 +201,7 @@ def main() -> None:
                         "under valgrind, S long enough puts each heartbeat in a reactor turn of its own, as a "
                         "storm on a quiet machine does")
     p.add_argument("--kept-lookup", action="store_true",
-                   help="with --repeated: a route lookup's answer kept first, as the curve's probe's is")
+                   help="a route lookup's answer kept first, as the curve's probe's is throughout its phases")
     p.add_argument("--at-once", action="store_true",
                    help="every broker's table sent at once (as after a restart), not 8 in flight")
     p.add_argument("--lookups", type=int, default=0, metavar="N",
@@ -233,12 +234,12 @@ def main() -> None:
               f"and {again:,})", flush=True)
         return
     spread = 1e-6 if a.at_once else None
-    fewer, more = (count(a.tree.resolve(), step, n, a.python, spread=spread, layer=a.layer)
+    fewer, more = (count(a.tree.resolve(), step, n, a.python, spread=spread, layer=a.layer, kept_lookup=a.kept_lookup)
                    for n in (a.fewer, a.more))
     within = "" if a.layer is None else f" within {a.layer}"
+    how = (", at once" if a.at_once else "") + (", a lookup's answer kept" if a.kept_lookup else "")
     print(f"{a.tree}: {(more - fewer) / (a.more - a.fewer) / 1e6:.3f} M instructions a first registration{within} "
-          f"({a.step}, {a.fewer:,} and {a.more:,} brokers{', at once' if a.at_once else ''}: {fewer:,} and {more:,})",
-          flush=True)
+          f"({a.step}, {a.fewer:,} and {a.more:,} brokers{how}: {fewer:,} and {more:,})", flush=True)
 
 
 if __name__ == "__main__":
