@@ -207,8 +207,9 @@ class RemotingProtocol(protocol.Protocol):
     # -- frames in ------------------------------------------------------------------------------
     def dataReceived(self, data: bytes) -> None:
         # the idle watch hears whole frames only, as Java's IdleStateHandler sits behind its frame decoder:
-        # a peer trickling a byte of one frame at a time is silent (it held its connection for good)
-        idle = self.idle
+        # a peer trickling a byte of one frame at a time is silent (it held its connection for good).  Heard
+        # where frames were cut, twice for a read a lookup's answer began (``heard`` is idempotent): a
+        # heartbeat's read runs no line more for it (tests/test_renewal.py counts them)
         busy = self.answering is not None or self.writing_paused or bool(self.waiting)
         if not busy and self.decoder.empty and not self.after_clients:
             # a client's repeated lookups, as they came: answered before (instead of) cutting them (not
@@ -217,9 +218,8 @@ class RemotingProtocol(protocol.Protocol):
             used = self.factory.dispatcher.answer_read(data, replies, ANSWER_ROOM)
             if used:
                 self.spoke = True
-                if idle is not None:
-                    idle.heard(self)
-                    idle = None  # (heard for this read)
+                if self.idle is not None:
+                    self.idle.heard(self)
                 if self.factory.dispatcher.count_requests:
                     self.factory.metrics.bytes_received += used
                 self._write(replies)
@@ -238,8 +238,8 @@ class RemotingProtocol(protocol.Protocol):
             return
         if frames:
             self.spoke = True
-            if idle is not None:
-                idle.heard(self)
+            if self.idle is not None:
+                self.idle.heard(self)
         if self.factory.dispatcher.count_requests:
             self.factory.metrics.bytes_received += len(data)
         if busy:
