@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Iterable, Mapping
 from itertools import islice
 
 import pytest
@@ -31,10 +32,16 @@ PERMS = [6, 6, 6, 4, 2, 1, 7]
 
 def walked(routes: RouteInfoManager) -> tuple[dict[str, int], dict[str, int]]:
     """The counts as the scrape walked them (outages.HealthWatch.queue_perms before they were kept)."""
+    return counted(routes, routes.topicQueueTable.items())
+
+
+def counted(routes: RouteInfoManager, table: Iterable[tuple[str, Mapping[str, QueueData]]]
+            ) -> tuple[dict[str, int], dict[str, int]]:
+    """Each group's topics with the write bit, and those without it by design, in ``table``'s entries."""
     writable: dict[str, int] = {}
     sealed: dict[str, int] = {}
     brokers = routes.brokerAddrTable
-    for name_topic, queues in routes.topicQueueTable.items():
+    for name_topic, queues in table:
         for name, queue in queues.items():
             if queue.perm & PERM_WRITE:
                 writable[name] = writable.get(name, 0) + 1
@@ -156,20 +163,8 @@ def counts_equal_a_walk(seed: int, monkeypatch, between: bool = False) -> None:
 
 def viewed(routes: RouteInfoManager) -> tuple[dict[str, int], dict[str, int]]:
     """The counts a walk of the table as lookups read it (through the layers still to write) gives."""
-    writable: dict[str, int] = {}
-    sealed: dict[str, int] = {}
-    brokers = routes.brokerAddrTable
     topics = dict.fromkeys([*routes._table, *(t for layer in routes._layers for t in getattr(layer, "staged", ()))])
-    for name_topic in topics:
-        queues = routes.queues_of(name_topic) or {}
-        for name, queue in queues.items():
-            if queue.perm & PERM_WRITE:
-                writable[name] = writable.get(name, 0) + 1
-            else:
-                broker = brokers.get(name)
-                if write_off_by_design(name_topic, None if broker is None else broker.cluster, name):
-                    sealed[name] = sealed.get(name, 0) + 1
-    return writable, sealed
+    return counted(routes, ((name_topic, routes.queues_of(name_topic) or {}) for name_topic in topics))
 
 
 def walk_steps(routes: RouteInfoManager) -> int:

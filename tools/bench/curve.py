@@ -78,6 +78,7 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -317,6 +318,16 @@ def wait_for_quiet(timeout: float, under: float = QUIET_CORES) -> dict[str, floa
         used, last = now - last, now
         if used < under or time.monotonic() - started >= timeout:
             return {"waited_s": round(time.monotonic() - started, 1), "cores_busy": round(used, 2)}
+
+
+def ended(server: Any, *sockets: Iterable[Any]) -> None:
+    """A tool's run over: every socket of ``sockets`` closed, then ``server`` stopped and its data
+    directory removed (what each tool's ``finally`` does before tidying its own files)."""
+    for group in sockets:
+        for sock in group:
+            sock.close()
+    server.stop()
+    server.discard()
 
 
 def tidy(scratch: Path) -> None:

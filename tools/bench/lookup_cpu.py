@@ -69,10 +69,7 @@ def measure(command: str | None, connections: int, warm: int, lookups: int) -> s
                 f"{user:.1f} µs, system {system:.1f} µs a lookup; the main thread woken {woken1 - woken0:,} "
                 f"times (load {os.getloadavg()[0]:.1f})")
     finally:
-        for client in clients:
-            client.close()
-        server.stop()
-        server.discard()
+        curve.ended(server, clients)
         curve.tidy(scratch)
 
 

@@ -142,10 +142,7 @@ def main() -> None:
             lookups = sum(1 for sample in samples if began <= sample[0] <= began + wall)
             lookups_counted = sum(1 for sample in samples if counting <= sample[0] <= counted_until)
     finally:
-        for conn in conns:
-            conn.close()
-        server.stop()
-        server.discard()
+        curve.ended(server, conns)
         curve.tidy(scratch)
     print(f"  load: {load_s * 1e3:.1f} ms of CPU for {sent:,} frames, {load_s * 1e6 / sent:.1f} µs a frame"
           + (f", {load_calls / sent:.2f} system calls a frame" if load_calls else "")

@@ -195,10 +195,7 @@ def measure(tree: Path, step: curve.Step, python: str, frames: int, with_census:
             result["lines_grown"] = lines_grown(Path(str(out) + ".snap"), top, rest_snapshot)
         return result
     finally:
-        for conn in conns + clients:
-            conn.close()
-        server.stop()
-        server.discard()
+        curve.ended(server, conns, clients)
         for made in (out, Path(str(out) + ".snap"), scratch / "rest.snap", props):
             made.unlink(missing_ok=True)
         curve.tidy(scratch)

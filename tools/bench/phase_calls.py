@@ -153,10 +153,7 @@ def measure(tree: Path, step: curve.Step, brokers: int, python: str, syscalls: b
     finally:
         if tracer is not None and tracer.poll() is None:
             tracer.kill()
-        for conn in conns:
-            conn.close()
-        server.stop()
-        server.discard()
+        curve.ended(server, conns)
         passes_out.unlink(missing_ok=True)
         calls_out.unlink(missing_ok=True)
         curve.tidy(scratch)

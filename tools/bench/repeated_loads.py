@@ -124,10 +124,7 @@ def main() -> None:
                     receive.recv()  # (its samples: the probe's only load here)
                 probe.join(10)
     finally:
-        for conn in conns:
-            conn.close()
-        server.stop()
-        server.discard()
+        curve.ended(server, conns)
         curve.tidy(scratch)
 
 

@@ -120,12 +120,17 @@ def run(out: Path, over_ms: float, thresholds: str | None, server_argv: list[str
     counts = {"accepted": 0, "served": 0, "registrations": 0}
     from twisted.internet import tcp
 
-    build_addr = tcp.Port._buildAddr
+    from twisted_namesrv import lean_transport
+
+    # the listening ports' own class: the server's LeanPort builds an IPv4 peer's address itself (a tree
+    # before it: Twisted's Port)
+    port_class: Any = getattr(lean_transport, "LeanPort", tcp.Port)
+    build_addr = port_class._buildAddr
 
     def counted_build_addr(port: Any, address: Any) -> Any:  # called once per accepted connection
         counts["accepted"] += 1
         return build_addr(port, address)
-    tcp.Port._buildAddr = counted_build_addr  # type: ignore[method-assign]
+    port_class._buildAddr = counted_build_addr
     serve = getattr(reactor, "_serve", None)
     if serve is not None:
         def counted_serve(*args: Any) -> Any:

@@ -234,10 +234,7 @@ def run(step: curve.Step, clients: int, python: str, spread: float, settle: floa
             prober.join(10)
         if load is not None:
             load.close()
-        for conn in conns + held:
-            conn.close()
-        server.stop()
-        server.discard()
+        curve.ended(server, conns, held)
         for dump in scratch.glob("callgrind.out.*"):  # (megabytes each, read already)
             dump.unlink()
         for name in ("perf.ctl", "perf.ack", "perf.csv"):

@@ -97,10 +97,7 @@ def main() -> None:
     finally:
         if load is not None:
             load.close()
-        for conn in conns:
-            conn.close()
-        server.stop()
-        server.discard()
+        curve.ended(server, conns)
         curve.tidy(scratch)
 
 
