@@ -1149,6 +1149,10 @@ def curve_main(argv: list[str], server_cmd: str | None, json_out: Path | None) -
     except KeyError as exc:
         p.error(f"unknown step {exc}; known: {', '.join(STEPS)} (each also as NAME@{'/'.join(COMPATS)})")
     servers: dict[str, str | None] = {"ours": server_cmd}
+    if server_cmd is None and not a.report_only and not Server.PYTHON.exists():  # said, never silent
+        print(f"[curve] no {Server.PYTHON.parents[1].name}: ours runs in {sys.executable}, with the test extras "
+              "(pyOpenSSL: about 13 MiB more RSS, not an operator's install); tools/bench/run.py makes it",
+              file=sys.stderr, flush=True)
     for item in a.compare:
         label, _, command = item.partition("=")
         if "{port}" not in command:
