@@ -153,25 +153,34 @@ def keep_lookup(port: int) -> socket.socket:
     return broker
 
 
+def callgrind_control(pid: int, port: int, *args: str, timeout: float = 300) -> None:
+    """``callgrind_control ARGS PID``, answered once the server runs: an idle one sleeps in epoll, so
+    a connection opened and closed every WAKE_EVERY s wakes it (the probe's lookups do meanwhile)."""
+    control = subprocess.Popen(["callgrind_control", *args, str(pid)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while control.poll() is None:
+        if time.monotonic() > deadline:
+            control.kill()
+            raise RuntimeError(f"callgrind_control {' '.join(args)} not answered by {pid} in {timeout:.0f} s")
+        time.sleep(WAKE_EVERY)
+        if control.poll() is None:
+            socket.create_connection((curve.HOST, port)).close()
+    if control.returncode != 0:
+        raise RuntimeError(f"callgrind_control {' '.join(args)} exited {control.returncode}")
+
+
 def counted_so_far(pid: int, port: int, out: Path, timeout: float = 300) -> int:
     """The instructions server ``pid`` ran from its start until now: a dump of callgrind's counters
     (``callgrind_control --dump``, written to ``out``.PID.1).  Valgrind reads the request only while
     the server runs, and an idle one sleeps in epoll (its timers held): a connection opened and
     closed every WAKE_EVERY seconds wakes it (an accept and a close, alike in every run, before the
     dump or after it)."""
-    dumper = subprocess.Popen(["callgrind_control", "--dump=answered", str(pid)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while dumper.poll() is None:
-        if time.monotonic() > deadline:
-            dumper.kill()
-            raise RuntimeError(f"callgrind_control did not get a dump of {pid} in {timeout:.0f} s")
-        time.sleep(WAKE_EVERY)
-        socket.create_connection((curve.HOST, port)).close()
+    callgrind_control(pid, port, "--dump=answered", timeout=timeout)
     dump = Path(f"{out}.{pid}.1")
     found = COUNTED.search(dump.read_text()) if dump.exists() else None
-    if dumper.returncode != 0 or found is None:
-        raise RuntimeError(f"no dump of {pid}'s count (callgrind_control exited {dumper.returncode})")
+    if found is None:
+        raise RuntimeError(f"no dump of {pid}'s count")
     return int(found.group(1))
 
 

@@ -58,12 +58,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import curve  # noqa: E402  (tools/bench: the curve's tables, frames, load, probe and server child)
+from instructions import callgrind_control  # noqa: E402
 from procfs import Schedstat, pid_stat, thread_switches  # noqa: E402
 
 #: a callgrind dump's count of instructions, from its last zeroing to the dump
 COUNTED = re.compile(r"^summary:\s+(\d+)", re.MULTILINE)
-#: seconds between the connections that wake an idle server until callgrind_control is answered
-WAKE_EVERY = 0.5
 
 
 class Syscalls:
@@ -104,23 +103,6 @@ class Syscalls:
                 if int(fields[0]):
                     counts[fields[2].removeprefix("syscalls:sys_enter_")] = int(fields[0])
         return counts
-
-
-def callgrind_control(pid: int, port: int, *args: str, timeout: float = 300) -> None:
-    """``callgrind_control ARGS PID``, answered once the server runs: an idle one sleeps in epoll, so
-    a connection opened and closed every WAKE_EVERY s wakes it (the probe's lookups do meanwhile)."""
-    control = subprocess.Popen(["callgrind_control", *args, str(pid)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while control.poll() is None:
-        if time.monotonic() > deadline:
-            control.kill()
-            raise RuntimeError(f"callgrind_control {' '.join(args)} not answered by {pid} in {timeout:.0f} s")
-        time.sleep(WAKE_EVERY)
-        if control.poll() is None:
-            socket.create_connection((curve.HOST, port)).close()
-    if control.returncode != 0:
-        raise RuntimeError(f"callgrind_control {' '.join(args)} exited {control.returncode}")
 
 
 #: the client connections opened between two looks at the brokers' last sending
